@@ -1,0 +1,1 @@
+//! JBD2 on-disk structures (in progress).
