@@ -4,4 +4,12 @@
 //! modules above it give those structures behaviour (allocation, extent trees, directories,
 //! xattrs, orphans) and journal every change through the layers below.
 
+pub mod error;
 pub mod format;
+pub mod geometry;
+pub mod meta;
+pub mod options;
+pub mod types;
+
+pub use error::{FsError, FsResult};
+pub use options::{DataMode, ErrorBehavior, MountOptions};

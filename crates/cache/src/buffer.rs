@@ -1,0 +1,228 @@
+//! The buffer cache: file system blocks as shared [`JBuf`]s, read through the IO queue.
+
+use jext_device::DeviceError;
+use jext_io::IoQueue;
+use jext_journal::{JBuf, Journal};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BufferCacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub cached_blocks: usize,
+}
+
+struct Entry {
+    buf: Arc<JBuf>,
+    last_used: u64,
+}
+
+struct Inner {
+    map: HashMap<u64, Entry>,
+    clock: u64,
+    stats: BufferCacheStats,
+}
+
+pub struct BufferCache {
+    io: Arc<IoQueue>,
+    block_size: usize,
+    capacity_blocks: usize,
+    journal: RwLock<Option<Arc<Journal>>>,
+    inner: Mutex<Inner>,
+}
+
+impl BufferCache {
+    /// A cache of blocks of `block_size` bytes that tries to stay within
+    /// `capacity_bytes` (buffers the journal pins may exceed it for a while).
+    pub fn new(io: Arc<IoQueue>, block_size: usize, capacity_bytes: usize) -> BufferCache {
+        BufferCache {
+            io,
+            block_size,
+            capacity_blocks: (capacity_bytes / block_size).max(64),
+            journal: RwLock::new(None),
+            inner: Mutex::new(Inner {
+                map: HashMap::new(),
+                clock: 0,
+                stats: BufferCacheStats::default(),
+            }),
+        }
+    }
+
+    /// From now on a miss first asks `journal` for committed bytes not yet at home.
+    pub fn attach_journal(&self, journal: Arc<Journal>) {
+        *self.journal.write() = Some(journal);
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// The buffer for `block`, read from the device on a miss.
+    pub fn get(&self, block: u64) -> Result<Arc<JBuf>, DeviceError> {
+        if let Some(buf) = self.lookup(block) {
+            return Ok(buf);
+        }
+        let committed = self
+            .journal
+            .read()
+            .as_ref()
+            .and_then(|j| j.committed_copy(block));
+        let data: Arc<[u8]> = match committed {
+            Some(data) => data,
+            None => {
+                let mut bytes = vec![0u8; self.block_size];
+                self.io.read(block * self.block_size as u64, &mut bytes)?;
+                Arc::from(bytes)
+            }
+        };
+        let mut inner = self.inner.lock();
+        inner.stats.misses += 1;
+        // Another thread may have read it meanwhile; the first one in wins, so that every
+        // user shares one buffer per block.
+        let clock = inner.clock;
+        let entry = inner.map.entry(block).or_insert_with(|| Entry {
+            buf: Arc::new(JBuf::new(block, data)),
+            last_used: clock,
+        });
+        let buf = entry.buf.clone();
+        self.evict_if_full(&mut inner);
+        Ok(buf)
+    }
+
+    /// A zeroed buffer for a block just allocated: no read, and any stale cached copy is
+    /// replaced.
+    pub fn get_new(&self, block: u64) -> Arc<JBuf> {
+        let buf = Arc::new(JBuf::zeroed(block, self.block_size));
+        let mut inner = self.inner.lock();
+        inner.clock += 1;
+        let last_used = inner.clock;
+        inner.map.insert(
+            block,
+            Entry {
+                buf: buf.clone(),
+                last_used,
+            },
+        );
+        self.evict_if_full(&mut inner);
+        buf
+    }
+
+    /// The cached buffer for `block`, without reading.
+    pub fn peek(&self, block: u64) -> Option<Arc<JBuf>> {
+        self.inner.lock().map.get(&block).map(|e| e.buf.clone())
+    }
+
+    /// Drops `block` from the cache (it was freed; a later use must not see old bytes).
+    pub fn forget(&self, block: u64) {
+        self.inner.lock().map.remove(&block);
+    }
+
+    pub fn stats(&self) -> BufferCacheStats {
+        let inner = self.inner.lock();
+        BufferCacheStats {
+            cached_blocks: inner.map.len(),
+            ..inner.stats
+        }
+    }
+
+    /// Drops unpinned buffers, least recently used first, until at most `keep_blocks`
+    /// remain or nothing more can go.
+    pub fn shrink_to(&self, keep_blocks: usize) {
+        let mut inner = self.inner.lock();
+        Self::evict_down_to(&mut inner, keep_blocks);
+    }
+
+    fn lookup(&self, block: u64) -> Option<Arc<JBuf>> {
+        let mut inner = self.inner.lock();
+        inner.clock += 1;
+        let clock = inner.clock;
+        let entry = inner.map.get_mut(&block)?;
+        entry.last_used = clock;
+        let buf = entry.buf.clone();
+        inner.stats.hits += 1;
+        Some(buf)
+    }
+
+    fn evict_if_full(&self, inner: &mut Inner) {
+        if inner.map.len() > self.capacity_blocks {
+            // Evict down to 7/8 so that eviction runs once per many misses.
+            Self::evict_down_to(inner, self.capacity_blocks - self.capacity_blocks / 8);
+        }
+    }
+
+    fn evict_down_to(inner: &mut Inner, keep_blocks: usize) {
+        if inner.map.len() <= keep_blocks {
+            return;
+        }
+        let mut candidates: Vec<(u64, u64)> = inner
+            .map
+            .iter()
+            // Held elsewhere (a handle, a directory walk) or needed by the journal.
+            .filter(|(_, e)| Arc::strong_count(&e.buf) == 1 && !e.buf.is_pinned())
+            .map(|(block, e)| (e.last_used, *block))
+            .collect();
+        candidates.sort_unstable();
+        let excess = inner.map.len() - keep_blocks;
+        for (_, block) in candidates.into_iter().take(excess) {
+            inner.map.remove(&block);
+            inner.stats.evictions += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jext_device::{BlockDevice, SimDevice};
+
+    fn cache(capacity_blocks: usize) -> (Arc<SimDevice>, BufferCache) {
+        let dev = Arc::new(SimDevice::new(1 << 20));
+        let io = Arc::new(IoQueue::new(dev.clone()));
+        (dev, BufferCache::new(io, 1024, capacity_blocks * 1024))
+    }
+
+    #[test]
+    fn reads_once_and_shares_the_buffer() {
+        let (dev, cache) = cache(64);
+        dev.write_at(5 * 1024, &[7u8; 1024], false).unwrap();
+        let a = cache.get(5).unwrap();
+        let b = cache.get(5).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.bytes()[0], 7);
+        assert_eq!(dev.counters().snapshot().reads, 1);
+        let s = cache.stats();
+        assert_eq!((s.hits, s.misses), (1, 1));
+    }
+
+    #[test]
+    fn evicts_least_recently_used_but_never_held_or_pinned_buffers() {
+        let (_dev, cache) = cache(64);
+        let held = cache.get(0).unwrap();
+        let pinned_snapshot = cache.get(1).unwrap().bytes();
+        for block in 2..200 {
+            cache.get(block).unwrap();
+        }
+        assert!(cache.stats().cached_blocks <= 64);
+        assert!(cache.peek(0).is_some(), "a buffer in use stays");
+        assert!(cache.peek(1).is_some(), "a buffer whose bytes the journal holds stays");
+        assert!(cache.peek(2).is_none(), "the oldest idle buffer went first");
+        drop((held, pinned_snapshot));
+        cache.shrink_to(0);
+        assert_eq!(cache.stats().cached_blocks, 0);
+    }
+
+    #[test]
+    fn new_blocks_are_zeroed_and_replace_stale_copies() {
+        let (dev, cache) = cache(64);
+        dev.write_at(3 * 1024, &[9u8; 1024], false).unwrap();
+        assert_eq!(cache.get(3).unwrap().bytes()[0], 9);
+        let fresh = cache.get_new(3);
+        assert_eq!(fresh.bytes()[0], 0);
+        assert!(Arc::ptr_eq(&fresh, &cache.get(3).unwrap()));
+        cache.forget(3);
+        assert!(cache.peek(3).is_none());
+    }
+}

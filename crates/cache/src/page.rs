@@ -1,0 +1,327 @@
+//! The page cache: file data by (inode, page index), one page per file system block.
+//!
+//! Pages are `Arc<[u8]>` so that writeback hands the IO layer a page without copying it;
+//! a later change copies only if the IO still holds it. Clean pages sit in an LRU list and
+//! are evicted oldest first when the cache is over its bound; dirty pages are never
+//! evicted, only written back (by the file system) and then become clean.
+//!
+//! The cache knows nothing of blocks, extents or allocation; it must never drop a dirty
+//! page.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One page of a file.
+pub struct Page {
+    data: Arc<[u8]>,
+    dirty: bool,
+    /// Position in the clean LRU (meaningless while dirty).
+    lru_tick: u64,
+}
+
+impl Page {
+    pub fn data(&self) -> &Arc<[u8]> {
+        &self.data
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+}
+
+#[derive(Default)]
+struct FilePages {
+    pages: BTreeMap<u64, Page>,
+    dirty_pages: usize,
+    /// When the oldest still-dirty page of this file was dirtied (the kernel's
+    /// `dirtied_when`, per inode).
+    dirtied_at: Option<Instant>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageCacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub cached_pages: usize,
+    pub dirty_pages: usize,
+}
+
+pub struct PageCache {
+    page_size: usize,
+    capacity_pages: usize,
+    files: HashMap<u32, FilePages>,
+    /// Clean pages by last use: tick -> (inode, index).
+    clean_lru: BTreeMap<u64, (u32, u64)>,
+    clock: u64,
+    total_pages: usize,
+    dirty_pages: usize,
+    stats: PageCacheStats,
+}
+
+impl PageCache {
+    pub fn new(page_size: usize, capacity_bytes: usize) -> PageCache {
+        PageCache {
+            page_size,
+            capacity_pages: (capacity_bytes / page_size).max(16),
+            files: HashMap::new(),
+            clean_lru: BTreeMap::new(),
+            clock: 0,
+            total_pages: 0,
+            dirty_pages: 0,
+            stats: PageCacheStats::default(),
+        }
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    pub fn capacity_bytes(&self) -> usize {
+        self.capacity_pages * self.page_size
+    }
+
+    pub fn dirty_bytes(&self) -> usize {
+        self.dirty_pages * self.page_size
+    }
+
+    pub fn cached_bytes(&self) -> usize {
+        self.total_pages * self.page_size
+    }
+
+    pub fn stats(&self) -> PageCacheStats {
+        PageCacheStats {
+            cached_pages: self.total_pages,
+            dirty_pages: self.dirty_pages,
+            ..self.stats
+        }
+    }
+
+    /// The page, if cached; counts a hit or a miss and refreshes its LRU position.
+    pub fn get(&mut self, ino: u32, index: u64) -> Option<&Page> {
+        self.clock += 1;
+        let clock = self.clock;
+        let Some(page) = self.files.get_mut(&ino).and_then(|f| f.pages.get_mut(&index)) else {
+            self.stats.misses += 1;
+            return None;
+        };
+        self.stats.hits += 1;
+        if !page.dirty {
+            self.clean_lru.remove(&page.lru_tick);
+            page.lru_tick = clock;
+            self.clean_lru.insert(clock, (ino, index));
+        }
+        Some(page)
+    }
+
+    /// True if the page is cached (no statistics, no LRU change).
+    pub fn contains(&self, ino: u32, index: u64) -> bool {
+        self.files
+            .get(&ino)
+            .is_some_and(|f| f.pages.contains_key(&index))
+    }
+
+    /// Caches a page read from disk. An existing page (which may be dirty and newer) wins.
+    pub fn insert_clean(&mut self, ino: u32, index: u64, data: Arc<[u8]>) {
+        assert_eq!(data.len(), self.page_size, "a page is one block");
+        if self.contains(ino, index) {
+            return;
+        }
+        self.clock += 1;
+        let tick = self.clock;
+        self.files.entry(ino).or_default().pages.insert(
+            index,
+            Page {
+                data,
+                dirty: false,
+                lru_tick: tick,
+            },
+        );
+        self.clean_lru.insert(tick, (ino, index));
+        self.total_pages += 1;
+    }
+
+    /// Changes a page and marks it dirty; a missing page starts as zeros.
+    pub fn modify<R>(&mut self, ino: u32, index: u64, change: impl FnOnce(&mut [u8]) -> R) -> R {
+        let page_size = self.page_size;
+        let file = self.files.entry(ino).or_default();
+        let page = file.pages.entry(index).or_insert_with(|| {
+            self.total_pages += 1;
+            Page {
+                data: Arc::from(vec![0u8; page_size]),
+                // Counted as dirty just below.
+                dirty: false,
+                lru_tick: 0,
+            }
+        });
+        if !page.dirty {
+            self.clean_lru.remove(&page.lru_tick);
+            page.dirty = true;
+            self.dirty_pages += 1;
+            file.dirty_pages += 1;
+            file.dirtied_at.get_or_insert_with(Instant::now);
+        }
+        change(Arc::make_mut(&mut page.data))
+    }
+
+    /// Marks a written-back page clean (if it is still cached and dirty).
+    pub fn mark_clean(&mut self, ino: u32, index: u64) {
+        self.clock += 1;
+        let tick = self.clock;
+        let Some(file) = self.files.get_mut(&ino) else {
+            return;
+        };
+        let Some(page) = file.pages.get_mut(&index) else {
+            return;
+        };
+        if page.dirty {
+            page.dirty = false;
+            page.lru_tick = tick;
+            self.clean_lru.insert(tick, (ino, index));
+            self.dirty_pages -= 1;
+            file.dirty_pages -= 1;
+            if file.dirty_pages == 0 {
+                file.dirtied_at = None;
+            }
+        }
+    }
+
+    /// Indices of the dirty pages of `ino`, ascending.
+    pub fn dirty_indices(&self, ino: u32) -> Vec<u64> {
+        self.files.get(&ino).map_or_else(Vec::new, |f| {
+            f.pages
+                .iter()
+                .filter(|(_, p)| p.dirty)
+                .map(|(i, _)| *i)
+                .collect()
+        })
+    }
+
+    /// True if `ino` has dirty pages.
+    pub fn has_dirty(&self, ino: u32) -> bool {
+        self.files.get(&ino).is_some_and(|f| f.dirty_pages > 0)
+    }
+
+    /// Inodes with dirty pages, oldest dirtied first, with when they were dirtied.
+    pub fn dirty_files(&self) -> Vec<(u32, Instant)> {
+        let mut files: Vec<(u32, Instant)> = self
+            .files
+            .iter()
+            .filter_map(|(ino, f)| f.dirtied_at.map(|t| (*ino, t)))
+            .collect();
+        files.sort_unstable_by_key(|(_, t)| *t);
+        files
+    }
+
+    /// Drops every page of `ino` at or after `from_index` (truncate), dirty or not.
+    pub fn truncate(&mut self, ino: u32, from_index: u64) {
+        let Some(file) = self.files.get_mut(&ino) else {
+            return;
+        };
+        let removed = file.pages.split_off(&from_index);
+        for page in removed.values() {
+            self.total_pages -= 1;
+            if page.dirty {
+                self.dirty_pages -= 1;
+                file.dirty_pages -= 1;
+            } else {
+                self.clean_lru.remove(&page.lru_tick);
+            }
+        }
+        if file.dirty_pages == 0 {
+            file.dirtied_at = None;
+        }
+        if file.pages.is_empty() {
+            self.files.remove(&ino);
+        }
+    }
+
+    /// Drops every page of `ino` (the inode is gone).
+    pub fn remove_file(&mut self, ino: u32) {
+        self.truncate(ino, 0);
+    }
+
+    /// Evicts clean pages, least recently used first, until the cache is within its
+    /// bound; returns how many went.
+    pub fn evict_over_capacity(&mut self) -> usize {
+        let mut evicted = 0;
+        while self.total_pages > self.capacity_pages {
+            let Some((_, (ino, index))) = self.clean_lru.pop_first() else {
+                break;
+            };
+            let file = self.files.get_mut(&ino).expect("LRU entries name cached files");
+            let page = file.pages.remove(&index).expect("LRU entries name cached pages");
+            debug_assert!(!page.dirty, "a dirty page was on the clean LRU");
+            if file.pages.is_empty() {
+                self.files.remove(&ino);
+            }
+            self.total_pages -= 1;
+            evicted += 1;
+        }
+        self.stats.evictions += evicted as u64;
+        evicted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn dirty_pages_survive_eviction_and_clean_ones_go_oldest_first() {
+        let mut pc = PageCache::new(512, 16 * 512);
+        for i in 0..20 {
+            pc.insert_clean(1, i, Arc::from(vec![i as u8; 512]));
+        }
+        pc.modify(2, 0, |p| p[0] = 9);
+        pc.get(1, 0);
+        assert_eq!(pc.evict_over_capacity(), 5);
+        assert!(pc.contains(1, 0), "recently used");
+        assert!(!pc.contains(1, 1) && !pc.contains(1, 5) && pc.contains(1, 6));
+        assert!(pc.contains(2, 0), "dirty pages are never evicted");
+        assert_eq!(pc.dirty_indices(2), vec![0]);
+        pc.mark_clean(2, 0);
+        assert!(!pc.has_dirty(2));
+        assert!(pc.dirty_files().is_empty());
+    }
+
+    #[test]
+    fn truncate_drops_pages_and_dirty_counts() {
+        let mut pc = PageCache::new(512, 1 << 20);
+        for i in 0..8 {
+            pc.modify(3, i, |p| p[0] = 1);
+        }
+        pc.truncate(3, 4);
+        assert_eq!(pc.dirty_indices(3), vec![0, 1, 2, 3]);
+        assert_eq!(pc.stats().dirty_pages, 4);
+        pc.remove_file(3);
+        assert_eq!(pc.stats(), PageCacheStats { misses: 0, ..PageCacheStats::default() });
+    }
+
+    proptest! {
+        /// Counters and the LRU agree with the pages after any sequence of operations.
+        #[test]
+        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..5, 0u32..3, 0u64..12), 1..200)) {
+            let mut pc = PageCache::new(64, 10 * 64);
+            for (op, ino, index) in ops {
+                match op {
+                    0 => pc.insert_clean(ino, index, Arc::from(vec![0u8; 64])),
+                    1 => pc.modify(ino, index, |p| p[0] ^= 1),
+                    2 => pc.mark_clean(ino, index),
+                    3 => pc.truncate(ino, index),
+                    _ => { pc.evict_over_capacity(); }
+                }
+                let pages: usize = pc.files.values().map(|f| f.pages.len()).sum();
+                let dirty: usize = pc.files.values().flat_map(|f| f.pages.values()).filter(|p| p.dirty).count();
+                prop_assert_eq!(pages, pc.total_pages);
+                prop_assert_eq!(dirty, pc.dirty_pages);
+                prop_assert_eq!(pages - dirty, pc.clean_lru.len());
+                for f in pc.files.values() {
+                    prop_assert_eq!(f.dirty_pages > 0, f.dirtied_at.is_some());
+                }
+            }
+        }
+    }
+}
