@@ -207,7 +207,10 @@ mod tests {
         }
         assert!(cache.stats().cached_blocks <= 64);
         assert!(cache.peek(0).is_some(), "a buffer in use stays");
-        assert!(cache.peek(1).is_some(), "a buffer whose bytes the journal holds stays");
+        assert!(
+            cache.peek(1).is_some(),
+            "a buffer whose bytes the journal holds stays"
+        );
         assert!(cache.peek(2).is_none(), "the oldest idle buffer went first");
         drop((held, pinned_snapshot));
         cache.shrink_to(0);

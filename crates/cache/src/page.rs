@@ -102,7 +102,11 @@ impl PageCache {
     pub fn get(&mut self, ino: u32, index: u64) -> Option<&Page> {
         self.clock += 1;
         let clock = self.clock;
-        let Some(page) = self.files.get_mut(&ino).and_then(|f| f.pages.get_mut(&index)) else {
+        let Some(page) = self
+            .files
+            .get_mut(&ino)
+            .and_then(|f| f.pages.get_mut(&index))
+        else {
             self.stats.misses += 1;
             return None;
         };
@@ -250,8 +254,14 @@ impl PageCache {
             let Some((_, (ino, index))) = self.clean_lru.pop_first() else {
                 break;
             };
-            let file = self.files.get_mut(&ino).expect("LRU entries name cached files");
-            let page = file.pages.remove(&index).expect("LRU entries name cached pages");
+            let file = self
+                .files
+                .get_mut(&ino)
+                .expect("LRU entries name cached files");
+            let page = file
+                .pages
+                .remove(&index)
+                .expect("LRU entries name cached pages");
             debug_assert!(!page.dirty, "a dirty page was on the clean LRU");
             if file.pages.is_empty() {
                 self.files.remove(&ino);
@@ -297,7 +307,13 @@ mod tests {
         assert_eq!(pc.dirty_indices(3), vec![0, 1, 2, 3]);
         assert_eq!(pc.stats().dirty_pages, 4);
         pc.remove_file(3);
-        assert_eq!(pc.stats(), PageCacheStats { misses: 0, ..PageCacheStats::default() });
+        assert_eq!(
+            pc.stats(),
+            PageCacheStats {
+                misses: 0,
+                ..PageCacheStats::default()
+            }
+        );
     }
 
     proptest! {

@@ -74,7 +74,7 @@ pub(crate) fn check_range(
     len: usize,
 ) -> Result<(), DeviceError> {
     let sector = u64::from(dev.sector_size());
-    if offset % sector != 0 || len as u64 % sector != 0 {
+    if !offset.is_multiple_of(sector) || !(len as u64).is_multiple_of(sector) {
         return Err(DeviceError::misaligned(op, offset, len, dev.sector_size()));
     }
     let end = offset.checked_add(len as u64);

@@ -82,7 +82,9 @@ impl fmt::Display for FsError {
             FsError::IsDir(what) => write!(f, "{what}: is a directory"),
             FsError::NotEmpty(what) => write!(f, "{what}: directory not empty"),
             FsError::NoSpace(what) => write!(f, "no space left on device: {what}"),
-            FsError::NameTooLong(what) => write!(f, "{what}: name too long (ext4 allows 255 bytes)"),
+            FsError::NameTooLong(what) => {
+                write!(f, "{what}: name too long (ext4 allows 255 bytes)")
+            }
             FsError::TooManyLinks(what) => write!(f, "{what}: too many links"),
             FsError::FileTooBig(what) => write!(f, "{what}: file too large"),
             FsError::Invalid(what) => write!(f, "invalid argument: {what}"),

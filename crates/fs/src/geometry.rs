@@ -57,8 +57,14 @@ impl Geometry {
 
     /// The group of inode `ino` and its index within the group.
     pub fn inode_position(&self, ino: u32) -> (u32, u32) {
-        debug_assert!(ino >= 1 && ino <= self.inodes_count, "inode {ino} out of range");
-        ((ino - 1) / self.inodes_per_group, (ino - 1) % self.inodes_per_group)
+        debug_assert!(
+            ino >= 1 && ino <= self.inodes_count,
+            "inode {ino} out of range"
+        );
+        (
+            (ino - 1) / self.inodes_per_group,
+            (ino - 1) % self.inodes_per_group,
+        )
     }
 
     /// Inode records per block of the inode table.
@@ -108,7 +114,7 @@ impl Geometry {
 }
 
 fn is_power_of(mut n: u32, base: u32) -> bool {
-    while n > 1 && n % base == 0 {
+    while n > 1 && n.is_multiple_of(base) {
         n /= base;
     }
     n == 1
@@ -142,7 +148,11 @@ mod tests {
         let g = small();
         assert_eq!(g.gdt_blocks(), 1);
         assert_eq!(g.group_first_block(1), 8193);
-        assert_eq!(g.blocks_in_group(7), 8191, "the last group ends at the device end");
+        assert_eq!(
+            g.blocks_in_group(7),
+            8191,
+            "the last group ends at the device end"
+        );
         assert_eq!(g.group_of_block(8192), 0);
         assert_eq!(g.group_of_block(8193), 1);
         assert_eq!(g.inode_position(12), (0, 11));

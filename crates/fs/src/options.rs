@@ -96,17 +96,24 @@ impl MountOptions {
             None => (option, None),
         };
         let need_value = || {
-            value.ok_or_else(|| FsError::Invalid(format!("option {name} needs a value ({name}=...)")))
+            value.ok_or_else(|| {
+                FsError::Invalid(format!("option {name} needs a value ({name}=...)"))
+            })
         };
         let no_value = || match value {
-            Some(v) => Err(FsError::Invalid(format!("option {name} takes no value (got {name}={v})"))),
+            Some(v) => Err(FsError::Invalid(format!(
+                "option {name} takes no value (got {name}={v})"
+            ))),
             None => Ok(()),
         };
         match name {
             "data" => self.data_mode = need_value()?.parse()?,
             "commit" => {
                 let secs: u64 = need_value()?.parse().map_err(|_| {
-                    FsError::Invalid(format!("commit={}: expected whole seconds", value.unwrap_or("")))
+                    FsError::Invalid(format!(
+                        "commit={}: expected whole seconds",
+                        value.unwrap_or("")
+                    ))
                 })?;
                 // ext4 treats commit=0 as the default.
                 self.commit_interval_ms = if secs == 0 { 5000 } else { secs * 1000 };
@@ -135,7 +142,9 @@ impl MountOptions {
                     None | Some("1") => true,
                     Some("0") => false,
                     Some(other) => {
-                        return Err(FsError::Invalid(format!("barrier={other}: expected 0 or 1")))
+                        return Err(FsError::Invalid(format!(
+                            "barrier={other}: expected 0 or 1"
+                        )))
                     }
                 }
             }
@@ -160,7 +169,9 @@ pub fn parse_size(name: &str, text: &str) -> FsResult<usize> {
         _ => (text, 0),
     };
     let n: usize = digits.parse().map_err(|_| bad())?;
-    n.checked_shl(shift).filter(|v| v >> shift == n).ok_or_else(bad)
+    n.checked_shl(shift)
+        .filter(|v| v >> shift == n)
+        .ok_or_else(bad)
 }
 
 #[cfg(test)]
@@ -169,8 +180,10 @@ mod tests {
 
     #[test]
     fn parses_ext4_options() {
-        let o = MountOptions::parse("data=journal,commit=30,ro,errors=continue,nobarrier,cache_size=64M")
-            .unwrap();
+        let o = MountOptions::parse(
+            "data=journal,commit=30,ro,errors=continue,nobarrier,cache_size=64M",
+        )
+        .unwrap();
         assert_eq!(o.data_mode, DataMode::Journal);
         assert_eq!(o.commit_interval_ms, 30_000);
         assert!(o.read_only && !o.barrier);

@@ -222,10 +222,22 @@ mod tests {
     #[test]
     fn timestamps_round_trip_through_system_time_both_sides_of_the_epoch() {
         for t in [
-            Timestamp { seconds: 0, nanoseconds: 0 },
-            Timestamp { seconds: 1_700_000_000, nanoseconds: 123_456_789 },
-            Timestamp { seconds: -1, nanoseconds: 999_999_999 },
-            Timestamp { seconds: -86_400, nanoseconds: 5 },
+            Timestamp {
+                seconds: 0,
+                nanoseconds: 0,
+            },
+            Timestamp {
+                seconds: 1_700_000_000,
+                nanoseconds: 123_456_789,
+            },
+            Timestamp {
+                seconds: -1,
+                nanoseconds: 999_999_999,
+            },
+            Timestamp {
+                seconds: -86_400,
+                nanoseconds: 5,
+            },
         ] {
             assert_eq!(Timestamp::from(SystemTime::from(t)), t);
         }

@@ -50,7 +50,10 @@ impl fmt::Display for JournalError {
                 structure,
                 journal_block,
                 problem,
-            } => write!(f, "corrupt {structure} at journal block {journal_block}: {problem}"),
+            } => write!(
+                f,
+                "corrupt {structure} at journal block {journal_block}: {problem}"
+            ),
             JournalError::BlockChecksum {
                 journal_block,
                 tid,
@@ -64,11 +67,17 @@ impl fmt::Display for JournalError {
             ),
             JournalError::Unsupported(what) => write!(f, "unsupported journal: {what}"),
             JournalError::NeedsRecovery => {
-                write!(f, "the journal holds committed transactions and needs recovery first")
+                write!(
+                    f,
+                    "the journal holds committed transactions and needs recovery first"
+                )
             }
             JournalError::Aborted(cause) => write!(f, "journal aborted after an error: {cause}"),
             JournalError::TooManyCredits { asked, max } => {
-                write!(f, "a handle asked for {asked} credits; at most {max} fit a transaction")
+                write!(
+                    f,
+                    "a handle asked for {asked} credits; at most {max} fit a transaction"
+                )
             }
             JournalError::TransactionTooLarge { tid, log_blocks } => write!(
                 f,

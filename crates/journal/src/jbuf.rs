@@ -66,7 +66,8 @@ impl JBuf {
     /// bytes, so the cache must not drop the buffer (a re-read from the home block would
     /// return older bytes).
     pub fn is_pinned(&self) -> bool {
-        self.running_tid.load(Ordering::Acquire) != NO_TID || Arc::strong_count(&self.data.lock()) > 1
+        self.running_tid.load(Ordering::Acquire) != NO_TID
+            || Arc::strong_count(&self.data.lock()) > 1
     }
 
     pub(crate) fn modify<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
@@ -92,7 +93,12 @@ impl JBuf {
 
 impl std::fmt::Debug for JBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "JBuf(block {}, tid {:?})", self.block, self.running_tid())
+        write!(
+            f,
+            "JBuf(block {}, tid {:?})",
+            self.block,
+            self.running_tid()
+        )
     }
 }
 
@@ -112,6 +118,10 @@ mod tests {
         assert!(!buf.is_pinned());
         let ptr = Arc::as_ptr(&buf.bytes()) as *const u8;
         buf.modify(|b| b[1] = 2);
-        assert_eq!(Arc::as_ptr(&buf.bytes()) as *const u8, ptr, "unshared bytes change in place");
+        assert_eq!(
+            Arc::as_ptr(&buf.bytes()) as *const u8,
+            ptr,
+            "unshared bytes change in place"
+        );
     }
 }

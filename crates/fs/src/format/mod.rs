@@ -75,3 +75,36 @@ impl fmt::Display for FormatError {
 }
 
 impl std::error::Error for FormatError {}
+
+pub mod bitmap;
+pub mod csum;
+pub mod dirent;
+pub mod extent;
+pub mod group_desc;
+pub mod hash;
+pub mod htree;
+pub mod inode;
+pub mod superblock;
+pub mod xattr;
+
+/// Little-endian field access on byte slices, shared by every structure in this module.
+pub(crate) mod le {
+    pub fn u16_at(b: &[u8], off: usize) -> u16 {
+        u16::from_le_bytes([b[off], b[off + 1]])
+    }
+    pub fn u32_at(b: &[u8], off: usize) -> u32 {
+        u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+    }
+    pub fn u64_at(b: &[u8], off: usize) -> u64 {
+        u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+    }
+    pub fn put_u16(b: &mut [u8], off: usize, v: u16) {
+        b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_u32(b: &mut [u8], off: usize, v: u32) {
+        b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    pub fn put_u64(b: &mut [u8], off: usize, v: u64) {
+        b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+}

@@ -1,0 +1,389 @@
+//! Linear directory blocks: a chain of `ext4_dir_entry_2` records that exactly fills the
+//! block (minus a 12-byte checksum tail with metadata_csum). Layout (little-endian):
+//!
+//! ```text
+//! entry:  0 4 inode (0 = unused)   4 2 rec_len (bytes to the next entry)
+//!         6 1 name_len             7 1 file_type (1 reg .. 7 symlink)
+//!         8 name_len name bytes, padded so rec_len is a multiple of 4
+//! tail:   0 4 zero  4 2 rec_len = 12  6 1 zero  7 1 0xDE
+//!         8 4 checksum = crc32c_raw(inode_seed, block[..block_size - 12])
+//! ```
+//!
+//! `rec_len` 65535 (or 0) means 65536 in 64 KiB blocks. A record's slack past
+//! `8 + name_len` (rounded up to 4) is free space that an insertion may split off.
+
+use super::csum::crc32c_raw;
+use super::le::{put_u16, put_u32, u16_at, u32_at};
+use super::{FormatError, Location};
+
+pub const ENTRY_HEADER: usize = 8;
+pub const TAIL_SIZE: usize = 12;
+pub const TAIL_FILE_TYPE: u8 = 0xDE;
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Bytes an entry with a name of `name_len` needs.
+pub fn entry_size(name_len: usize) -> usize {
+    (ENTRY_HEADER + name_len + 3) & !3
+}
+
+pub fn rec_len_from_disk(raw: u16, block_size: usize) -> usize {
+    if block_size < 65536 {
+        usize::from(raw)
+    } else if raw == 65535 || raw == 0 {
+        block_size
+    } else {
+        usize::from(raw & 65532) | (usize::from(raw & 3) << 16)
+    }
+}
+
+pub fn rec_len_to_disk(len: usize, block_size: usize) -> u16 {
+    if block_size < 65536 {
+        len as u16
+    } else if len == block_size {
+        65535
+    } else {
+        ((len & 65532) | ((len >> 16) & 3)) as u16
+    }
+}
+
+/// One record of a directory block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawEntry {
+    /// Byte offset of the record in the block.
+    pub offset: usize,
+    pub inode: u32,
+    pub rec_len: usize,
+    pub file_type: u8,
+    pub name: Vec<u8>,
+}
+
+impl RawEntry {
+    /// Space this record's name really needs (0 if unused: it is all slack).
+    pub fn used_size(&self) -> usize {
+        if self.inode == 0 {
+            0
+        } else {
+            entry_size(self.name.len())
+        }
+    }
+}
+
+/// The size of the region entries may occupy: the block minus the tail, if any.
+pub fn entries_end(block_size: usize, has_tail: bool) -> usize {
+    block_size - if has_tail { TAIL_SIZE } else { 0 }
+}
+
+/// Parses and validates every record of a directory block.
+pub fn parse_block(
+    block: &[u8],
+    has_tail: bool,
+    location: Location,
+) -> Result<Vec<RawEntry>, FormatError> {
+    let bs = block.len();
+    let end = entries_end(bs, has_tail);
+    let err = |offset: usize, problem: String| {
+        FormatError::new(
+            "directory entry",
+            location,
+            format!("at byte {offset}: {problem}"),
+        )
+    };
+    let mut entries = Vec::new();
+    let mut offset = 0;
+    while offset < end {
+        if offset + ENTRY_HEADER > end {
+            return Err(err(
+                offset,
+                "record header crosses the end of the entries".into(),
+            ));
+        }
+        let inode = u32_at(block, offset);
+        let rec_len = rec_len_from_disk(u16_at(block, offset + 4), bs);
+        let name_len = usize::from(block[offset + 6]);
+        if rec_len < ENTRY_HEADER || !rec_len.is_multiple_of(4) {
+            return Err(err(
+                offset,
+                format!("rec_len {rec_len} is not a multiple of 4 of at least 8"),
+            ));
+        }
+        if offset + rec_len > end {
+            return Err(err(
+                offset,
+                format!("rec_len {rec_len} runs past the end of the entries ({end})"),
+            ));
+        }
+        if inode != 0 && (name_len == 0 || entry_size(name_len) > rec_len) {
+            return Err(err(
+                offset,
+                format!("name_len {name_len} does not fit rec_len {rec_len}"),
+            ));
+        }
+        let name_end = (offset + ENTRY_HEADER + name_len).min(offset + rec_len);
+        entries.push(RawEntry {
+            offset,
+            inode,
+            rec_len,
+            file_type: block[offset + 7],
+            name: block[offset + ENTRY_HEADER..name_end].to_vec(),
+        });
+        offset += rec_len;
+    }
+    if has_tail {
+        check_tail(block, location)?;
+    }
+    Ok(entries)
+}
+
+fn check_tail(block: &[u8], location: Location) -> Result<(), FormatError> {
+    let t = block.len() - TAIL_SIZE;
+    let ok = u32_at(block, t) == 0
+        && u16_at(block, t + 4) == TAIL_SIZE as u16
+        && block[t + 6] == 0
+        && block[t + 7] == TAIL_FILE_TYPE;
+    if !ok {
+        return Err(FormatError::new(
+            "directory block tail",
+            location,
+            "missing or malformed checksum tail",
+        ));
+    }
+    Ok(())
+}
+
+/// True if `block` ends with a well-formed checksum tail.
+pub fn has_tail(block: &[u8]) -> bool {
+    check_tail(
+        block,
+        Location::Block {
+            block: 0,
+            ino: None,
+        },
+    )
+    .is_ok()
+}
+
+/// Writes one record at `offset`.
+pub fn write_entry(
+    block: &mut [u8],
+    offset: usize,
+    inode: u32,
+    rec_len: usize,
+    file_type: u8,
+    name: &[u8],
+) {
+    let bs = block.len();
+    assert!(name.len() <= MAX_NAME_LEN, "name of {} bytes", name.len());
+    assert!(
+        rec_len >= entry_size(name.len()) && rec_len.is_multiple_of(4),
+        "rec_len {rec_len}"
+    );
+    assert!(offset + rec_len <= bs, "record past the block end");
+    put_u32(block, offset, inode);
+    put_u16(block, offset + 4, rec_len_to_disk(rec_len, bs));
+    block[offset + 6] = name.len() as u8;
+    block[offset + 7] = file_type;
+    block[offset + ENTRY_HEADER..offset + ENTRY_HEADER + name.len()].copy_from_slice(name);
+    // Zero the padding so the bytes on disk do not depend on what was there before.
+    let pad_end = offset + entry_size(name.len());
+    block[offset + ENTRY_HEADER + name.len()..pad_end].fill(0);
+}
+
+/// Writes the checksum tail's fixed fields (the checksum itself comes from [`set_checksum`]).
+pub fn write_tail(block: &mut [u8]) {
+    let t = block.len() - TAIL_SIZE;
+    block[t..].fill(0);
+    put_u16(block, t + 4, TAIL_SIZE as u16);
+    block[t + 7] = TAIL_FILE_TYPE;
+}
+
+/// An empty directory block: one unused record spanning the entries, plus the tail.
+pub fn init_empty_block(block: &mut [u8], with_tail: bool) {
+    block.fill(0);
+    let end = entries_end(block.len(), with_tail);
+    write_entry(block, 0, 0, end, 0, &[]);
+    if with_tail {
+        write_tail(block);
+    }
+}
+
+/// The checksum a block with a tail should carry.
+pub fn compute_checksum(block: &[u8], inode_seed: u32) -> u32 {
+    crc32c_raw(inode_seed, &block[..block.len() - TAIL_SIZE])
+}
+
+pub fn set_checksum(block: &mut [u8], inode_seed: u32) {
+    let csum = compute_checksum(block, inode_seed);
+    let at = block.len() - 4;
+    put_u32(block, at, csum);
+}
+
+pub fn verify_checksum(
+    block: &[u8],
+    inode_seed: u32,
+    location: Location,
+) -> Result<(), FormatError> {
+    let stored = u32_at(block, block.len() - 4);
+    let computed = compute_checksum(block, inode_seed);
+    if stored != computed {
+        return Err(FormatError::new(
+            "directory block",
+            location,
+            format!("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Inserts a record into free space if some record has enough slack; returns its offset.
+pub fn insert(
+    block: &mut [u8],
+    has_tail: bool,
+    inode: u32,
+    file_type: u8,
+    name: &[u8],
+) -> Option<usize> {
+    let needed = entry_size(name.len());
+    let entries = parse_block(
+        block,
+        has_tail,
+        Location::Block {
+            block: 0,
+            ino: None,
+        },
+    )
+    .expect("insert into a block that does not parse");
+    for e in entries {
+        let used = e.used_size();
+        if e.rec_len - used < needed {
+            continue;
+        }
+        if e.inode == 0 {
+            write_entry(block, e.offset, inode, e.rec_len, file_type, name);
+            return Some(e.offset);
+        }
+        write_entry(block, e.offset, e.inode, used, e.file_type, &e.name);
+        let new_offset = e.offset + used;
+        write_entry(block, new_offset, inode, e.rec_len - used, file_type, name);
+        return Some(new_offset);
+    }
+    None
+}
+
+/// Removes the record at `offset`: merged into the previous record, or marked unused if
+/// it is the first of the block.
+pub fn remove(block: &mut [u8], has_tail: bool, offset: usize) {
+    let entries = parse_block(
+        block,
+        has_tail,
+        Location::Block {
+            block: 0,
+            ino: None,
+        },
+    )
+    .expect("remove from a block that does not parse");
+    let i = entries
+        .iter()
+        .position(|e| e.offset == offset)
+        .expect("remove names a record of the block");
+    if i == 0 {
+        put_u32(block, offset, 0);
+    } else {
+        let prev = &entries[i - 1];
+        let bs = block.len();
+        put_u16(
+            block,
+            prev.offset + 4,
+            rec_len_to_disk(prev.rec_len + entries[i].rec_len, bs),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn rec_len_encodes_64k_blocks() {
+        assert_eq!(
+            rec_len_from_disk(rec_len_to_disk(65536, 65536), 65536),
+            65536
+        );
+        assert_eq!(
+            rec_len_from_disk(rec_len_to_disk(65532, 65536), 65536),
+            65532
+        );
+        assert_eq!(rec_len_to_disk(1012, 1024), 1012);
+    }
+
+    #[test]
+    fn tail_checksum_round_trips() {
+        let mut block = vec![0u8; 1024];
+        init_empty_block(&mut block, true);
+        insert(&mut block, true, 11, 1, b"hello").unwrap();
+        set_checksum(&mut block, 99);
+        let loc = Location::Block {
+            block: 40,
+            ino: Some(2),
+        };
+        verify_checksum(&block, 99, loc).unwrap();
+        let names: Vec<_> = parse_block(&block, true, loc)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.inode != 0)
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, vec![b"hello".to_vec()]);
+        block[9] ^= 1;
+        assert!(verify_checksum(&block, 99, loc).is_err());
+    }
+
+    #[test]
+    fn parse_names_the_bad_record() {
+        let mut block = vec![0u8; 1024];
+        init_empty_block(&mut block, false);
+        put_u16(&mut block, 4, 1030);
+        let err = parse_block(
+            &block,
+            false,
+            Location::Block {
+                block: 77,
+                ino: Some(2),
+            },
+        )
+        .unwrap_err();
+        assert_eq!(err.structure, "directory entry");
+        assert!(
+            err.to_string().contains("block 77") && err.problem.contains("rec_len 1030"),
+            "{err}"
+        );
+    }
+
+    proptest! {
+        /// Inserting and removing names keeps the block parseable and equal to a model.
+        #[test]
+        fn insert_and_remove_keep_the_block_valid(ops in prop::collection::vec((any::<bool>(), 1usize..40, 0u32..1000), 1..120)) {
+            let mut block = vec![0u8; 1024];
+            init_empty_block(&mut block, true);
+            let mut model: BTreeMap<Vec<u8>, u32> = BTreeMap::new();
+            for (add, len, seed) in ops {
+                let name: Vec<u8> = (0..len).map(|i| b'a' + ((seed as usize + i) % 26) as u8).collect();
+                let loc = Location::Block { block: 0, ino: None };
+                let entries = parse_block(&block, true, loc).unwrap();
+                let found = entries.iter().find(|e| e.inode != 0 && e.name == name).cloned();
+                if add && found.is_none() {
+                    if insert(&mut block, true, seed + 1, 1, &name).is_some() {
+                        model.insert(name, seed + 1);
+                    }
+                } else if let (false, Some(e)) = (add, found) {
+                    remove(&mut block, true, e.offset);
+                    model.remove(&name);
+                }
+                let now: BTreeMap<Vec<u8>, u32> = parse_block(&block, true, loc).unwrap()
+                    .into_iter().filter(|e| e.inode != 0).map(|e| (e.name, e.inode)).collect();
+                prop_assert_eq!(&now, &model);
+            }
+        }
+    }
+}

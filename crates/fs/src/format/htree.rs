@@ -1,0 +1,295 @@
+//! Hashed directory (htree, `dir_index`) index blocks. Block 0 of an indexed directory is
+//! the *root*; interior *nodes* exist when the tree has two levels. Both look like
+//! directory blocks to old code (their fake entries cover the whole block). Layout:
+//!
+//! ```text
+//! root:  0x00 "." entry   (inode, rec_len 12, name_len 1, type 2, ".\0\0\0")
+//!        0x0C ".." entry  (inode, rec_len block_size - 12, name_len 2, type 2, "..\0\0")
+//!        0x18 dx_root_info: 4 reserved_zero, 1 hash_version, 1 info_length (8),
+//!                           1 indirect_levels, 1 unused_flags
+//!        0x20 limit (2), count (2), block (4)      <- entry 0: no hash, only a block
+//!        0x28 entries: hash (4), block (4) ...     (sorted by hash)
+//! node:  0x00 fake entry (inode 0, rec_len block_size, name_len 0, type 0)
+//!        0x08 limit (2), count (2), block (4), then entries as in the root
+//! tail (metadata_csum), right after `limit` entries:
+//!        dt_reserved (4), dt_checksum (4) =
+//!        crc32c_raw(inode_seed, block[..count_offset + 8 * count] ‖ dt_reserved ‖ 0u32)
+//! ```
+//!
+//! Entry `i` says: names whose hash is at least `hash[i]` (and below `hash[i+1]`) live in
+//! the subtree at logical directory block `block[i]`. Bit 0 of a hash marks that a
+//! collision run continues from the previous leaf.
+
+use super::csum::crc32c_raw;
+use super::le::{put_u16, put_u32, u16_at, u32_at};
+use super::{FormatError, Location};
+
+pub const ROOT_COUNT_OFFSET: usize = 0x20;
+pub const NODE_COUNT_OFFSET: usize = 0x08;
+const ENTRY: usize = 8;
+const TAIL: usize = 8;
+/// Levels of index below the root that ext4 allows without `large_dir`.
+pub const MAX_INDIRECT_LEVELS: u8 = 1;
+
+/// One index entry. Entry 0's hash is implicit (0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DxEntry {
+    pub hash: u32,
+    pub block: u32,
+}
+
+/// Root fields besides its entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DxRootInfo {
+    pub dot_inode: u32,
+    pub dotdot_inode: u32,
+    pub hash_version: u8,
+    pub indirect_levels: u8,
+}
+
+/// Entries an index block can hold starting at `count_offset`.
+pub fn limit(block_size: usize, count_offset: usize, with_tail: bool) -> usize {
+    (block_size - count_offset - if with_tail { TAIL } else { 0 }) / ENTRY
+}
+
+fn read_entries(
+    block: &[u8],
+    count_offset: usize,
+    location: Location,
+    with_tail: bool,
+) -> Result<Vec<DxEntry>, FormatError> {
+    let err = |p: String| FormatError::new("htree index", location, p);
+    let lim = usize::from(u16_at(block, count_offset));
+    let count = usize::from(u16_at(block, count_offset + 2));
+    let expected = limit(block.len(), count_offset, with_tail);
+    if lim != expected {
+        return Err(err(format!("limit {lim} (expected {expected})")));
+    }
+    if count == 0 || count > lim {
+        return Err(err(format!("count {count} is not within 1..={lim}")));
+    }
+    let mut entries = Vec::with_capacity(count);
+    for i in 0..count {
+        let at = count_offset + i * ENTRY;
+        let hash = if i == 0 { 0 } else { u32_at(block, at) };
+        if i > 1 && hash < entries.last().map_or(0, |e: &DxEntry| e.hash) {
+            return Err(err(format!("entry {i} hash {hash:#x} is out of order")));
+        }
+        entries.push(DxEntry {
+            hash,
+            block: u32_at(block, at + 4),
+        });
+    }
+    Ok(entries)
+}
+
+fn write_entries(block: &mut [u8], count_offset: usize, entries: &[DxEntry], with_tail: bool) {
+    let lim = limit(block.len(), count_offset, with_tail);
+    assert!(
+        !entries.is_empty() && entries.len() <= lim,
+        "{} entries, limit {lim}",
+        entries.len()
+    );
+    assert!(
+        entries.windows(2).skip(1).all(|w| w[0].hash <= w[1].hash),
+        "index entries unsorted"
+    );
+    put_u16(block, count_offset, lim as u16);
+    put_u16(block, count_offset + 2, entries.len() as u16);
+    for (i, e) in entries.iter().enumerate() {
+        let at = count_offset + i * ENTRY;
+        if i > 0 {
+            put_u32(block, at, e.hash);
+        }
+        put_u32(block, at + 4, e.block);
+    }
+    let used_end = count_offset + entries.len() * ENTRY;
+    let tail_at = count_offset + lim * ENTRY;
+    block[used_end..tail_at].fill(0);
+    if with_tail {
+        block[tail_at..tail_at + TAIL].fill(0);
+    }
+}
+
+/// Decodes a root block.
+pub fn decode_root(
+    block: &[u8],
+    with_tail: bool,
+    location: Location,
+) -> Result<(DxRootInfo, Vec<DxEntry>), FormatError> {
+    let err = |p: String| FormatError::new("htree root", location, p);
+    let bs = block.len();
+    if block[0x06] != 1 || &block[0x08..0x09] != b"." || u16_at(block, 0x04) != 12 {
+        return Err(err("first entry is not \".\" with rec_len 12".into()));
+    }
+    if block[0x12] != 2
+        || &block[0x14..0x16] != b".."
+        || usize::from(u16_at(block, 0x10)) != bs - 12
+    {
+        return Err(err(format!(
+            "second entry is not \"..\" with rec_len {}",
+            bs - 12
+        )));
+    }
+    if u32_at(block, 0x18) != 0 || block[0x1D] != 8 {
+        return Err(err(format!(
+            "dx_root_info reserved {:#x} / info_length {} (expected 0 / 8)",
+            u32_at(block, 0x18),
+            block[0x1D]
+        )));
+    }
+    let info = DxRootInfo {
+        dot_inode: u32_at(block, 0),
+        dotdot_inode: u32_at(block, 0x0C),
+        hash_version: block[0x1C],
+        indirect_levels: block[0x1E],
+    };
+    if info.indirect_levels > MAX_INDIRECT_LEVELS {
+        return Err(err(format!(
+            "{} indirect levels (at most {MAX_INDIRECT_LEVELS} without large_dir)",
+            info.indirect_levels
+        )));
+    }
+    Ok((
+        info,
+        read_entries(block, ROOT_COUNT_OFFSET, location, with_tail)?,
+    ))
+}
+
+/// Encodes a root block.
+pub fn encode_root(block: &mut [u8], info: &DxRootInfo, entries: &[DxEntry], with_tail: bool) {
+    let bs = block.len();
+    block[..ROOT_COUNT_OFFSET].fill(0);
+    put_u32(block, 0, info.dot_inode);
+    put_u16(block, 4, 12);
+    block[6] = 1;
+    block[7] = 2;
+    block[8] = b'.';
+    put_u32(block, 0x0C, info.dotdot_inode);
+    put_u16(block, 0x10, super::dirent::rec_len_to_disk(bs - 12, bs));
+    block[0x12] = 2;
+    block[0x13] = 2;
+    block[0x14..0x16].copy_from_slice(b"..");
+    block[0x1C] = info.hash_version;
+    block[0x1D] = 8;
+    block[0x1E] = info.indirect_levels;
+    write_entries(block, ROOT_COUNT_OFFSET, entries, with_tail);
+}
+
+/// Decodes an interior node.
+pub fn decode_node(
+    block: &[u8],
+    with_tail: bool,
+    location: Location,
+) -> Result<Vec<DxEntry>, FormatError> {
+    let bs = block.len();
+    if u32_at(block, 0) != 0 || super::dirent::rec_len_from_disk(u16_at(block, 4), bs) != bs {
+        return Err(FormatError::new(
+            "htree node",
+            location,
+            "fake entry does not span the block",
+        ));
+    }
+    read_entries(block, NODE_COUNT_OFFSET, location, with_tail)
+}
+
+/// Encodes an interior node.
+pub fn encode_node(block: &mut [u8], entries: &[DxEntry], with_tail: bool) {
+    let bs = block.len();
+    block[..NODE_COUNT_OFFSET].fill(0);
+    put_u16(block, 4, super::dirent::rec_len_to_disk(bs, bs));
+    write_entries(block, NODE_COUNT_OFFSET, entries, with_tail);
+}
+
+fn checksum_parts(block: &[u8], count_offset: usize) -> (usize, usize) {
+    let lim = usize::from(u16_at(block, count_offset));
+    let count = usize::from(u16_at(block, count_offset + 2));
+    (count_offset + count * ENTRY, count_offset + lim * ENTRY)
+}
+
+/// The dx_tail checksum of an index block (root or node).
+pub fn compute_checksum(block: &[u8], count_offset: usize, inode_seed: u32) -> u32 {
+    let (used_end, tail_at) = checksum_parts(block, count_offset);
+    let c = crc32c_raw(inode_seed, &block[..used_end]);
+    let c = crc32c_raw(c, &block[tail_at..tail_at + 4]);
+    crc32c_raw(c, &[0; 4])
+}
+
+pub fn set_checksum(block: &mut [u8], count_offset: usize, inode_seed: u32) {
+    let csum = compute_checksum(block, count_offset, inode_seed);
+    let (_, tail_at) = checksum_parts(block, count_offset);
+    put_u32(block, tail_at + 4, csum);
+}
+
+pub fn verify_checksum(
+    block: &[u8],
+    count_offset: usize,
+    inode_seed: u32,
+    location: Location,
+) -> Result<(), FormatError> {
+    let (_, tail_at) = checksum_parts(block, count_offset);
+    if tail_at + TAIL > block.len() {
+        return Err(FormatError::new(
+            "htree index",
+            location,
+            "limit leaves no room for the tail",
+        ));
+    }
+    let stored = u32_at(block, tail_at + 4);
+    let computed = compute_checksum(block, count_offset, inode_seed);
+    if stored != computed {
+        return Err(FormatError::new(
+            "htree index",
+            location,
+            format!("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_and_node_round_trip_with_checksums() {
+        let info = DxRootInfo {
+            dot_inode: 12,
+            dotdot_inode: 2,
+            hash_version: 1,
+            indirect_levels: 1,
+        };
+        let entries = vec![
+            DxEntry { hash: 0, block: 1 },
+            DxEntry {
+                hash: 0x4000_0000,
+                block: 3,
+            },
+            DxEntry {
+                hash: 0x8000_0001,
+                block: 2,
+            },
+        ];
+        let mut block = vec![0u8; 4096];
+        encode_root(&mut block, &info, &entries, true);
+        set_checksum(&mut block, ROOT_COUNT_OFFSET, 7);
+        let loc = Location::Block {
+            block: 900,
+            ino: Some(12),
+        };
+        assert_eq!(
+            decode_root(&block, true, loc).unwrap(),
+            (info, entries.clone())
+        );
+        verify_checksum(&block, ROOT_COUNT_OFFSET, 7, loc).unwrap();
+        assert_eq!(limit(4096, ROOT_COUNT_OFFSET, true), 507);
+
+        let mut node = vec![0u8; 1024];
+        encode_node(&mut node, &entries, false);
+        assert_eq!(decode_node(&node, false, loc).unwrap(), entries);
+        assert!(decode_node(&node, true, loc)
+            .unwrap_err()
+            .problem
+            .contains("limit"));
+    }
+}

@@ -1,0 +1,144 @@
+//! Helpers shared by the integration tests: scratch directories, Linux's mkfs.ext4 and
+//! loop mounts (the kernel as an oracle). A missing tool fails the test loudly.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A scratch directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("jext-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs a command and panics with its output if it fails.
+pub fn run(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd} (install it with scripts/setup): {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Makes a sparse image file with Linux's mkfs.ext4.
+pub fn mkfs_ext4(image: &Path, size_mib: u64, extra: &[&str]) {
+    let f = std::fs::File::create(image).unwrap();
+    f.set_len(size_mib << 20).unwrap();
+    drop(f);
+    let mut args = vec!["-q", "-F"];
+    args.extend_from_slice(extra);
+    let image = image.to_str().unwrap();
+    args.push(image);
+    run("mkfs.ext4", &args);
+}
+
+/// Runs `e2fsck -fn` and returns (exit code, output).
+pub fn e2fsck(image: &Path) -> (i32, String) {
+    let out = Command::new("e2fsck")
+        .args(["-fn", image.to_str().unwrap()])
+        .output()
+        .expect("cannot run e2fsck (install e2fsprogs with scripts/setup)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Asserts `e2fsck -fn` finds nothing to fix.
+pub fn assert_e2fsck_clean(image: &Path) {
+    let (code, text) = e2fsck(image);
+    assert_eq!(
+        code,
+        0,
+        "e2fsck -fn found problems in {}:\n{text}",
+        image.display()
+    );
+}
+
+/// A Linux loop mount of an image, unmounted on drop.
+pub struct LoopMount {
+    pub dir: PathBuf,
+    mounted: bool,
+}
+
+impl LoopMount {
+    pub fn new(image: &Path, dir: &Path, options: &str) -> LoopMount {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut opts = String::from("loop");
+        if !options.is_empty() {
+            opts.push(',');
+            opts.push_str(options);
+        }
+        run(
+            "mount",
+            &[
+                "-t",
+                "ext4",
+                "-o",
+                &opts,
+                image.to_str().unwrap(),
+                dir.to_str().unwrap(),
+            ],
+        );
+        LoopMount {
+            dir: dir.to_path_buf(),
+            mounted: true,
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+
+    pub fn unmount(mut self) {
+        self.do_unmount();
+    }
+
+    fn do_unmount(&mut self) {
+        if self.mounted {
+            self.mounted = false;
+            run("umount", &[self.dir.to_str().unwrap()]);
+        }
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        }
+    }
+}
+
+/// Reads `len` bytes at `offset` of a file.
+pub fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).unwrap();
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, offset).unwrap();
+    buf
+}
