@@ -26,7 +26,7 @@
 //! past a transaction whose blocks are not durable at home.
 
 use crate::jbuf::JBuf;
-use crate::log::LogLayout;
+use crate::log::{LogFeatures, LogLayout};
 use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::{JournalArea, JournalError};
 use jext_io::{IoFlags, IoQueue, WriteRequest};
@@ -47,6 +47,8 @@ pub struct JournalConfig {
     /// Order the commit block with PREFLUSH|FUA (ext4 `barrier=1`). Without it nothing
     /// is durable until the device decides, as with ext4 `nobarrier`.
     pub barrier: bool,
+    /// Features to turn on in the journal superblock at load.
+    pub features: LogFeatures,
 }
 
 impl Default for JournalConfig {
@@ -55,6 +57,7 @@ impl Default for JournalConfig {
             commit_interval_ms: 5000,
             max_transaction_blocks: None,
             barrier: true,
+            features: LogFeatures::default(),
         }
     }
 }
@@ -166,10 +169,7 @@ impl Journal {
         area: JournalArea,
         config: JournalConfig,
     ) -> Result<Journal, JournalError> {
-        let layout = LogLayout::load(&io, &area)?;
-        if !layout.is_clean() {
-            return Err(JournalError::NeedsRecovery);
-        }
+        let layout = LogLayout::load(&io, &area, config.features)?;
         let log_len = layout.last - layout.first;
         let max_transaction_blocks = config
             .max_transaction_blocks
@@ -312,7 +312,10 @@ impl Journal {
     /// that missed in its cache must use these instead of the home block.
     pub fn committed_copy(&self, block: u64) -> Option<Arc<[u8]>> {
         let st = self.shared.state.lock();
-        st.checkpoint.blocks.get(&block).map(|(_, data)| data.clone())
+        st.checkpoint
+            .blocks
+            .get(&block)
+            .map(|(_, data)| data.clone())
     }
 
     pub fn stats(&self) -> JournalStats {
@@ -537,18 +540,26 @@ fn commit_thread(shared: Arc<Shared>) {
         let wait = st.running.as_ref().map_or(interval, |t| {
             interval.saturating_sub(t.started_at.elapsed())
         });
-        shared.changed.wait_for(&mut st, wait.max(Duration::from_millis(1)));
+        shared
+            .changed
+            .wait_for(&mut st, wait.max(Duration::from_millis(1)));
     }
 }
 
 /// Stage 1 (lock down) and the hand-off to the later stages; returns with the lock held.
 fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-    let t = st.running.as_mut().expect("commit_running needs a running transaction");
+    let t = st
+        .running
+        .as_mut()
+        .expect("commit_running needs a running transaction");
     t.locked = true;
     while st.running.as_ref().is_some_and(|t| t.updates > 0) {
         shared.changed.wait(&mut st);
     }
-    let t = st.running.take().expect("only the commit thread takes the running transaction");
+    let t = st
+        .running
+        .take()
+        .expect("only the commit thread takes the running transaction");
     let tid = t.tid;
     if t.is_empty() {
         // Nothing to log. The tid is handed out again, because recovery reads the log as
@@ -572,7 +583,9 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
     st.committing = Some((tid, blocks.iter().map(|(b, _)| *b).collect()));
     shared.changed.notify_all();
 
-    let written = MutexGuard::unlocked(&mut st, || write_transaction(shared, tid, &blocks, &revokes));
+    let written = MutexGuard::unlocked(&mut st, || {
+        write_transaction(shared, tid, &blocks, &revokes)
+    });
     match written {
         Ok(new_head) => complete_commit(shared, &mut st, tid, blocks, revokes, new_head),
         Err(err) => abort(shared, &mut st, err),
@@ -611,7 +624,11 @@ fn write_transaction(
         // Recovery starts at the superblock's tail; it must name this transaction before
         // the commit block can count. The commit's PREFLUSH orders it.
         let sb = layout.superblock_block(head, tid);
-        requests.push(WriteRequest::new(0, sb, IoFlags::ORDERED));
+        requests.push(WriteRequest::new(
+            shared.area.byte_offset(0),
+            sb,
+            IoFlags::ORDERED,
+        ));
     }
     let mut position = head;
     for block in layout.build_log_blocks(tid, blocks, revokes) {

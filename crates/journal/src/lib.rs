@@ -1,12 +1,24 @@
-//! The journal layer: JBD2.
+//! The journal layer: JBD2, compatible with Linux in both directions.
+//!
+//! - [`format`]: the on-disk journal superblock and log blocks.
+//! - [`journal`]: handles, transactions (running → committing → checkpoint), the commit
+//!   thread and the checkpoint.
+//! - [`recovery`]: scan, revoke and replay at mount.
+//! - [`area`]: where a journal lives on the device.
 
 pub mod area;
 pub mod error;
 pub mod format;
 pub mod jbuf;
+pub mod journal;
+mod log;
+pub mod recovery;
 pub mod tid;
 
 pub use area::{AreaRun, JournalArea};
 pub use error::JournalError;
 pub use jbuf::JBuf;
+pub use journal::{Handle, Journal, JournalConfig, JournalStats};
+pub use log::LogFeatures;
+pub use recovery::{recover, scan, RecoveryReport, ScanReport};
 pub use tid::{tid_geq, tid_gt, Tid};

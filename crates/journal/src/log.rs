@@ -1,0 +1,159 @@
+//! The log as the commit path sees it: the circular range of journal blocks, and how a
+//! transaction's blocks are laid out in it (revoke blocks, then descriptor blocks each
+//! followed by the blocks they describe, then the commit block).
+//!
+//! Nothing here does IO except [`LogLayout::load`]; the commit path decides when to write.
+
+use crate::format::blocks::{needs_escape, CommitBlock, LogFormat, Tag};
+use crate::format::superblock::JournalSuperblock;
+use crate::recovery::{read_superblock, write_superblock};
+use crate::tid::Tid;
+use crate::{JournalArea, JournalError};
+use jext_io::{IoFlags, IoQueue};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Journal features the file system wants, applied at load as ext4 does at mount.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogFeatures {
+    /// Use checksum v3 (the file system has metadata_csum).
+    pub csum_v3: bool,
+    /// Use 64-bit block numbers in tags (the file system has 64bit).
+    pub wide_blocks: bool,
+}
+
+pub(crate) struct LogLayout {
+    /// First journal block of the circular log.
+    pub first: u32,
+    /// One past the last log block (fast-commit blocks, if any, come after).
+    pub last: u32,
+    format: LogFormat,
+    superblock: JournalSuperblock,
+    /// The bytes of journal block 0 beyond the superblock, kept as they are.
+    block0: Vec<u8>,
+}
+
+impl LogLayout {
+    /// Reads the superblock of a journal that recovery already emptied, turning on the
+    /// requested features first.
+    pub fn load(
+        io: &IoQueue,
+        area: &JournalArea,
+        features: LogFeatures,
+    ) -> Result<LogLayout, JournalError> {
+        let mut superblock = read_superblock(io, area)?;
+        if !superblock.is_clean() {
+            return Err(JournalError::NeedsRecovery);
+        }
+        if features.csum_v3 {
+            let before = superblock.clone();
+            superblock.enable_csum_v3(features.wide_blocks);
+            if superblock != before {
+                write_superblock(io, area, &superblock, IoFlags::PREFLUSH | IoFlags::FUA)?;
+            }
+        }
+        let mut block0 = vec![0u8; area.block_size as usize];
+        io.read(area.byte_offset(0), &mut block0)?;
+        Ok(LogLayout {
+            first: superblock.first(),
+            last: superblock.log_end(),
+            format: LogFormat::from_superblock(&superblock),
+            superblock,
+            block0,
+        })
+    }
+
+    /// The tid the next transaction must carry.
+    pub fn sequence(&self) -> Tid {
+        self.superblock.sequence()
+    }
+
+    /// The log block after `block`, wrapping at the end.
+    pub fn next(&self, block: u32) -> u32 {
+        if block + 1 >= self.last {
+            self.first
+        } else {
+            block + 1
+        }
+    }
+
+    /// Free log blocks when the live log is `[tail, head)`. One block stays unused so that
+    /// a full log is never mistaken for an empty one.
+    pub fn free_between(&self, tail: u32, head: u32) -> u32 {
+        let len = self.last - self.first;
+        let used = (head + len - tail) % len;
+        len - used - 1
+    }
+
+    /// Log blocks a transaction of `blocks` logged blocks and `revokes` revoke records
+    /// takes, commit block included.
+    pub fn log_blocks_needed(&self, blocks: usize, revokes: usize) -> u32 {
+        let descriptors = blocks.div_ceil(self.format.tag_capacity());
+        let revoke_blocks = revokes.div_ceil(self.format.revoke_capacity());
+        (descriptors + blocks + revoke_blocks + 1) as u32
+    }
+
+    /// The log blocks of transaction `tid`, in log order, without the commit block.
+    pub fn build_log_blocks(
+        &self,
+        tid: Tid,
+        blocks: &[(u64, Arc<[u8]>)],
+        revokes: &[u64],
+    ) -> Vec<Arc<[u8]>> {
+        let mut out =
+            Vec::with_capacity(self.log_blocks_needed(blocks.len(), revokes.len()) as usize);
+        for chunk in revokes.chunks(self.format.revoke_capacity()) {
+            out.push(Arc::from(self.format.encode_revoke(tid, chunk)));
+        }
+        for chunk in blocks.chunks(self.format.tag_capacity()) {
+            let mut tags = Vec::with_capacity(chunk.len());
+            let mut logged = Vec::with_capacity(chunk.len());
+            for (home, data) in chunk {
+                assert_eq!(
+                    data.len(),
+                    self.format.block_size,
+                    "logged block {home} has the wrong size"
+                );
+                let escaped = needs_escape(data);
+                let copy: Arc<[u8]> = if escaped {
+                    let mut bytes = data.to_vec();
+                    bytes[..4].fill(0);
+                    Arc::from(bytes)
+                } else {
+                    data.clone()
+                };
+                tags.push(Tag {
+                    fs_block: *home,
+                    escaped,
+                    checksum: self.format.data_checksum(tid, &copy),
+                });
+                logged.push(copy);
+            }
+            out.push(Arc::from(self.format.encode_descriptor(tid, &tags)));
+            out.extend(logged);
+        }
+        out
+    }
+
+    /// The commit block of transaction `tid`.
+    pub fn commit_block(&self, tid: Tid, now: SystemTime) -> Arc<[u8]> {
+        let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let commit = CommitBlock {
+            commit_sec: since.as_secs(),
+            commit_nsec: since.subsec_nanos(),
+        };
+        Arc::from(self.format.encode_commit(tid, commit))
+    }
+
+    /// Journal block 0 with the superblock saying the live log starts at `start` with
+    /// transaction `sequence` (`start` 0: the log is empty).
+    pub fn superblock_block(&self, start: u32, sequence: Tid) -> Arc<[u8]> {
+        let mut sb = self.superblock.clone();
+        sb.set_start(start);
+        sb.set_sequence(sequence);
+        let mut block = self.block0.clone();
+        let bytes = sb.encode();
+        block[..bytes.len()].copy_from_slice(&bytes);
+        Arc::from(block)
+    }
+}
