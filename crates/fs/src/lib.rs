@@ -5,6 +5,7 @@
 //! xattrs, orphans) and journal every change through the layers below.
 
 pub mod error;
+pub mod extent_tree;
 pub mod format;
 pub mod geometry;
 pub mod meta;
