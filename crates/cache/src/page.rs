@@ -220,10 +220,17 @@ impl PageCache {
 
     /// Drops every page of `ino` at or after `from_index` (truncate), dirty or not.
     pub fn truncate(&mut self, ino: u32, from_index: u64) {
+        self.discard(ino, from_index, u64::MAX);
+    }
+
+    /// Drops the pages of `ino` in `[from_index, to_index)`, dirty or not.
+    pub fn discard(&mut self, ino: u32, from_index: u64, to_index: u64) {
         let Some(file) = self.files.get_mut(&ino) else {
             return;
         };
-        let removed = file.pages.split_off(&from_index);
+        let mut removed = file.pages.split_off(&from_index);
+        let mut kept_after = removed.split_off(&to_index);
+        file.pages.append(&mut kept_after);
         for page in removed.values() {
             self.total_pages -= 1;
             if page.dirty {
@@ -319,7 +326,7 @@ mod tests {
     proptest! {
         /// Counters and the LRU agree with the pages after any sequence of operations.
         #[test]
-        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..5, 0u32..3, 0u64..12), 1..200)) {
+        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..6, 0u32..3, 0u64..12), 1..200)) {
             let mut pc = PageCache::new(64, 10 * 64);
             for (op, ino, index) in ops {
                 match op {
@@ -327,7 +334,9 @@ mod tests {
                     1 => pc.modify(ino, index, |p| p[0] ^= 1),
                     2 => pc.mark_clean(ino, index),
                     3 => pc.truncate(ino, index),
-                    _ => { pc.evict_over_capacity(); }
+                    5 => pc.discard(ino, index, index + 3),
+                    4 => { pc.evict_over_capacity(); }
+                    _ => unreachable!(),
                 }
                 let pages: usize = pc.files.values().map(|f| f.pages.len()).sum();
                 let dirty: usize = pc.files.values().flat_map(|f| f.pages.values()).filter(|p| p.dirty).count();

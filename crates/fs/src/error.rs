@@ -32,6 +32,10 @@ pub enum FsError {
     NoAttribute(String),
     /// ERANGE: a value does not fit (xattr too large, buffer too small).
     Range(String),
+    /// EPERM: the operation is not allowed on this kind of file (link to a directory).
+    NotPermitted(String),
+    /// EACCES
+    PermissionDenied(String),
     /// EROFS: mounted read-only, or made read-only by an error.
     ReadOnly(String),
     /// EOPNOTSUPP / unsupported feature.
@@ -63,6 +67,8 @@ impl FsError {
             FsError::Invalid(_) => libc::EINVAL,
             FsError::NoAttribute(_) => libc::ENODATA,
             FsError::Range(_) => libc::ERANGE,
+            FsError::NotPermitted(_) => libc::EPERM,
+            FsError::PermissionDenied(_) => libc::EACCES,
             FsError::ReadOnly(_) => libc::EROFS,
             FsError::Unsupported(_) => libc::EOPNOTSUPP,
             FsError::Corrupt(_) | FsError::Inconsistent(_) => libc::EIO,
@@ -90,6 +96,8 @@ impl fmt::Display for FsError {
             FsError::Invalid(what) => write!(f, "invalid argument: {what}"),
             FsError::NoAttribute(what) => write!(f, "{what}: no such attribute"),
             FsError::Range(what) => write!(f, "{what}: out of range"),
+            FsError::NotPermitted(what) => write!(f, "operation not permitted: {what}"),
+            FsError::PermissionDenied(what) => write!(f, "permission denied: {what}"),
             FsError::ReadOnly(why) => write!(f, "read-only file system: {why}"),
             FsError::Unsupported(what) => write!(f, "not supported: {what}"),
             FsError::Corrupt(e) => write!(f, "{e}"),

@@ -19,7 +19,7 @@ use crate::format::extent::{
     MAX_UNWRITTEN_LEN, ROOT_MAX_ENTRIES,
 };
 use crate::format::Location;
-use crate::meta::MetaIo;
+use crate::meta::{MetaIo, MetaRead};
 
 /// Which inode a tree belongs to, for checksums, errors and allocation goals.
 #[derive(Clone, Copy, Debug)]
@@ -72,7 +72,7 @@ fn read_root(root: &[u8], owner: &TreeOwner) -> FsResult<Node> {
     )?)
 }
 
-fn read_node(io: &mut dyn MetaIo, block: u64, owner: &TreeOwner, depth: u16) -> FsResult<Node> {
+fn read_node(io: &mut dyn MetaRead, block: u64, owner: &TreeOwner, depth: u16) -> FsResult<Node> {
     let loc = Location::Block {
         block,
         ino: Some(owner.ino),
@@ -117,7 +117,7 @@ fn child_slot(list: &[Index], logical: u32) -> usize {
 
 /// The path from the root to the leaf that covers `logical`.
 fn find_path(
-    io: &mut dyn MetaIo,
+    io: &mut dyn MetaRead,
     root: &[u8],
     owner: &TreeOwner,
     logical: u32,
@@ -161,7 +161,7 @@ fn corrupt_empty_index(owner: &TreeOwner, block: Option<u64>) -> FsError {
 
 /// The mapping of `logical`: the extent that contains it, if any.
 pub fn lookup(
-    io: &mut dyn MetaIo,
+    io: &mut dyn MetaRead,
     root: &[u8],
     owner: &TreeOwner,
     logical: u32,
@@ -178,7 +178,7 @@ pub fn lookup(
 
 /// The extent at or before `logical` (to place new blocks after it), if any.
 pub fn extent_before(
-    io: &mut dyn MetaIo,
+    io: &mut dyn MetaRead,
     root: &[u8],
     owner: &TreeOwner,
     logical: u32,
@@ -192,7 +192,7 @@ pub fn extent_before(
 
 /// Every extent, in order, and every index block, after checking every node.
 pub fn walk(
-    io: &mut dyn MetaIo,
+    io: &mut dyn MetaRead,
     root: &[u8],
     owner: &TreeOwner,
 ) -> FsResult<(Vec<Extent>, Vec<u64>)> {
@@ -204,7 +204,7 @@ pub fn walk(
 }
 
 fn walk_node(
-    io: &mut dyn MetaIo,
+    io: &mut dyn MetaRead,
     owner: &TreeOwner,
     node: &Node,
     extents: &mut Vec<Extent>,
@@ -253,7 +253,7 @@ pub fn insert(
         e.end() <= u64::from(u32::MAX) + 1,
         "extent past the 2^32 block limit"
     );
-    let mut path = find_path(io, root, owner, e.logical)?;
+    let mut path = find_path(&mut *io, root, owner, e.logical)?;
     let leaf = path.last_mut().expect("a path has a leaf");
     let Entries::Leaf(list) = &mut leaf.node.entries else {
         unreachable!()
@@ -460,15 +460,17 @@ fn grow_root(
     Ok(1)
 }
 
-/// Unmaps `[from, to)`, freeing the data blocks there. Returns the metadata delta.
+/// Unmaps `[from, to)`, freeing the data blocks there. Returns the metadata delta and
+/// how many data blocks were freed.
 pub fn remove_range(
     io: &mut dyn MetaIo,
     root: &mut [u8],
     owner: &TreeOwner,
     from: u32,
     to: u64,
-) -> FsResult<MetaBlockDelta> {
-    unmap_range(io, root, owner, from, to, true).map(|(delta, _)| delta)
+) -> FsResult<(MetaBlockDelta, u64)> {
+    let (delta, removed) = unmap_range(io, root, owner, from, to, true)?;
+    Ok((delta, removed.iter().map(|e| u64::from(e.len)).sum()))
 }
 
 /// Marks `[from, to)` written where it is mapped unwritten (data has reached it).
@@ -551,7 +553,7 @@ impl Cut {
                         continue;
                     }
                     let child_block = list[i].child;
-                    let mut child = read_node(io, child_block, owner, node.depth - 1)?;
+                    let mut child = read_node(&mut *io, child_block, owner, node.depth - 1)?;
                     self.node(io, owner, &mut child)?;
                     if child.is_empty() {
                         io.free_meta_block(child_block)?;
@@ -633,7 +635,7 @@ fn shrink_root(
             return Ok(());
         }
         let child_block = list[0].child;
-        let child = read_node(io, child_block, owner, root.depth - 1)?;
+        let child = read_node(&mut *io, child_block, owner, root.depth - 1)?;
         if child.len() > usize::from(ROOT_MAX_ENTRIES) {
             return Ok(());
         }
@@ -744,7 +746,8 @@ mod tests {
             .depth;
         assert_eq!(depth, 2, "84 per 1 KiB leaf, 84 per index, 4 in the root");
         assert_eq!(mapping(&mut io, &root).len(), n as usize);
-        remove_range(&mut io, &mut root, &OWNER, 4, u64::MAX).unwrap();
+        let (_, freed) = remove_range(&mut io, &mut root, &OWNER, 4, u64::MAX).unwrap();
+        assert_eq!(freed, u64::from(n) - 2);
         assert_eq!(mapping(&mut io, &root).len(), 2);
         assert!(
             io.allocated_meta.is_empty(),

@@ -1,16 +1,40 @@
 //! The fs layer: ext4 structures and the file system operations built on them.
 //!
-//! `format` encodes and decodes every on-disk ext4 structure and nothing else; the
-//! modules above it give those structures behaviour (allocation, extent trees, directories,
-//! xattrs, orphans) and journal every change through the layers below.
+//! - `format`: every on-disk ext4 structure, encoded and decoded, nothing else.
+//! - `geometry`, `groups`, `alloc`, `inodes`: where things are and how they are handed out.
+//! - `extent_tree`, `blockmap`, `dir`, `xattr_ops`: behaviour of the structures, written
+//!   through `meta::MetaIo` so they are journaled without knowing it.
+//! - `namei`, `file`, `truncate`, `orphan`: the operations.
+//! - `tx`, `state`, `mount`, `api`: transactions, shared state, mounting, and the public
+//!   [`Fs`] API.
 
+mod alloc;
+mod api;
+mod blockmap;
+mod dir;
 pub mod error;
 pub mod extent_tree;
+mod file;
 pub mod format;
 pub mod geometry;
+mod groups;
+mod inodes;
 pub mod meta;
+mod mount;
+mod namei;
 pub mod options;
+mod orphan;
+mod state;
+mod truncate;
+mod tx;
 pub mod types;
+mod xattr_ops;
 
+pub use api::{File, Fs};
 pub use error::{FsError, FsResult};
+pub use mount::MountReport;
 pub use options::{DataMode, ErrorBehavior, MountOptions};
+pub use types::{
+    DirEntry, FallocateMode, FileKind, Ino, RenameFlags, SetAttr, Stat, StatFs, Timestamp, ROOT_INO,
+};
+pub use xattr_ops::XattrSetMode;

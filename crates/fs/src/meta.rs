@@ -11,12 +11,16 @@ use crate::error::{FsError, FsResult};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-/// Journaled access to metadata blocks, plus block allocation, within one transaction.
-pub trait MetaIo {
+/// Read access to metadata blocks (what lookups need; no handle required).
+pub trait MetaRead {
     /// Bytes per block.
     fn block_size(&self) -> usize;
     /// The current bytes of `block`.
     fn read_block(&mut self, block: u64) -> FsResult<Arc<[u8]>>;
+}
+
+/// Journaled access to metadata blocks, plus block allocation, within one transaction.
+pub trait MetaIo: MetaRead {
     /// Changes `block` as part of the transaction.
     fn modify_block(&mut self, block: u64, change: &mut dyn FnMut(&mut [u8])) -> FsResult<()>;
     /// Allocates a metadata block near `goal`; its bytes start as zeros.
@@ -52,7 +56,7 @@ impl MemMeta {
     }
 }
 
-impl MetaIo for MemMeta {
+impl MetaRead for MemMeta {
     fn block_size(&self) -> usize {
         self.block_size
     }
@@ -64,7 +68,9 @@ impl MetaIo for MemMeta {
             .cloned()
             .unwrap_or_else(|| Arc::from(vec![0u8; self.block_size])))
     }
+}
 
+impl MetaIo for MemMeta {
     fn modify_block(&mut self, block: u64, change: &mut dyn FnMut(&mut [u8])) -> FsResult<()> {
         let size = self.block_size;
         let data = self

@@ -40,6 +40,8 @@ pub enum JournalError {
     ShutDown,
     /// The commit thread could not start or died.
     Thread(String),
+    /// The file system stopped the journal after a failed operation.
+    Halted(String),
 }
 
 impl fmt::Display for JournalError {
@@ -85,6 +87,7 @@ impl fmt::Display for JournalError {
             ),
             JournalError::ShutDown => write!(f, "the journal is shut down"),
             JournalError::Thread(what) => write!(f, "journal thread: {what}"),
+            JournalError::Halted(why) => write!(f, "stopped by the file system: {why}"),
         }
     }
 }

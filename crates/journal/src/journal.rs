@@ -303,6 +303,14 @@ impl Journal {
         self.shared.committed_tid.load(Ordering::Acquire)
     }
 
+    /// Stops the journal: the running transaction never commits, nothing later does, and
+    /// what committed before stays in the log for recovery. The file system calls this when
+    /// an operation failed halfway, so that its partial changes cannot reach the disk.
+    pub fn abort(&self, reason: String) {
+        let mut st = self.shared.state.lock();
+        abort(&self.shared, &mut st, JournalError::Halted(reason));
+    }
+
     /// The journal's error, once it has aborted.
     pub fn aborted(&self) -> Option<JournalError> {
         self.shared.state.lock().aborted.clone()

@@ -1,0 +1,412 @@
+//! Block and inode allocation over the group bitmaps.
+//!
+//! Blocks: a request names a goal (the block after the file's previous one, so files stay
+//! contiguous) and a wanted length; the allocator takes the first free run at or after the
+//! goal in the goal's group, then in the following groups. Inodes: a new directory under
+//! the root goes to the group with the most free blocks among those with free inodes
+//! (spreading top-level directories, as Orlov does); everything else goes near its parent.
+//!
+//! Promises: every bitmap change is journaled together with its group descriptor (free
+//! counts and checksums); a block freed by a transaction that has not committed yet is
+//! never handed out again (a crash would otherwise let old metadata point at new data);
+//! freeing a block that is already free is reported as an inconsistency, never ignored.
+//! Groups still marked uninitialized get their bitmaps built from the layout first.
+
+use crate::error::{FsError, FsResult};
+use crate::format::bitmap;
+use crate::format::group_desc::{GroupDesc, FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT};
+use crate::groups::{read_desc, write_desc};
+use crate::state::FsInner;
+use crate::tx::Tx;
+use crate::types::ROOT_INO;
+use jext_journal::{tid_gt, Tid};
+use std::collections::BTreeMap;
+
+/// Allocation state that lives in memory: totals and frees waiting for their commit.
+pub(crate) struct AllocState {
+    /// Freed runs (start -> (length, tid of the freeing transaction)).
+    pending_free: BTreeMap<u64, (u64, Tid)>,
+    pub free_blocks: u64,
+    pub free_inodes: u64,
+    /// Blocks promised to dirty pages not yet allocated (delayed allocation).
+    pub reserved_blocks: u64,
+}
+
+impl AllocState {
+    /// No blocks, nothing pending (before the totals are loaded).
+    pub fn empty() -> AllocState {
+        AllocState {
+            pending_free: BTreeMap::new(),
+            free_blocks: 0,
+            free_inodes: 0,
+            reserved_blocks: 0,
+        }
+    }
+
+    /// Totals from the group descriptors.
+    pub fn load(fs: &FsInner) -> FsResult<AllocState> {
+        let mut state = AllocState::empty();
+        for group in 0..fs.geo.group_count {
+            let desc = read_desc(fs, group)?;
+            state.free_blocks += u64::from(desc.free_blocks);
+            state.free_inodes += u64::from(desc.free_inodes);
+        }
+        Ok(state)
+    }
+
+    /// Blocks kept back from data so that writeback can always allocate extent and
+    /// directory blocks (ext4's reserved clusters: 2 % or 4096 blocks, whichever is less).
+    pub fn metadata_reserve(fs: &FsInner) -> u64 {
+        (fs.geo.blocks_count / 50).min(4096)
+    }
+
+    /// Blocks a new delayed-allocation reservation may still take.
+    pub fn available_for_data(&self, fs: &FsInner) -> u64 {
+        self.free_blocks
+            .saturating_sub(self.reserved_blocks)
+            .saturating_sub(Self::metadata_reserve(fs))
+    }
+
+    /// Blocks freed by transactions that have not committed.
+    pub fn pending_blocks(&mut self, committed: Tid) -> u64 {
+        self.prune(committed);
+        self.pending_free.values().map(|(len, _)| len).sum()
+    }
+
+    fn prune(&mut self, committed: Tid) {
+        self.pending_free
+            .retain(|_, (_, tid)| tid_gt(*tid, committed));
+    }
+
+    /// If `[start, end)` overlaps a pending free, that free's (start, end).
+    fn pending_overlap(&self, start: u64, end: u64) -> Option<(u64, u64)> {
+        let (&p_start, &(len, _)) = self.pending_free.range(..end).next_back()?;
+        (p_start + len > start).then_some((p_start, p_start + len))
+    }
+}
+
+/// Allocates up to `want` contiguous blocks at or after `goal`; returns (first, count).
+pub(crate) fn alloc_blocks(tx: &mut Tx, goal: u64, want: u32) -> FsResult<(u64, u32)> {
+    assert!(want >= 1);
+    let geo = &tx.fs.geo;
+    let goal = if goal < geo.first_data_block || goal >= geo.blocks_count {
+        geo.first_data_block
+    } else {
+        goal
+    };
+    let committed = tx.fs.journal.committed_tid();
+    tx.st.alloc.prune(committed);
+    let first_group = geo.group_of_block(goal);
+    let groups = geo.group_count;
+    for step in 0..=groups {
+        let group = (first_group + step) % groups;
+        let from_bit = if step == 0 {
+            (goal - geo.group_first_block(group)) as u32
+        } else {
+            0
+        };
+        if let Some(run) = alloc_in_group(tx, group, from_bit, want)? {
+            return Ok(run);
+        }
+    }
+    let pending = tx.st.alloc.pending_blocks(committed);
+    Err(FsError::NoSpace(format!(
+        "no free block left ({pending} blocks freed by transactions not yet committed)"
+    )))
+}
+
+fn alloc_in_group(
+    tx: &mut Tx,
+    group: u32,
+    from_bit: u32,
+    want: u32,
+) -> FsResult<Option<(u64, u32)>> {
+    let mut desc = read_desc(tx.fs, group)?;
+    if desc.free_blocks == 0 {
+        return Ok(None);
+    }
+    if desc.has_flag(FLAG_BLOCK_UNINIT) {
+        init_block_bitmap(tx, group, &mut desc)?;
+    }
+    let geo = &tx.fs.geo;
+    let group_first = geo.group_first_block(group);
+    let bits = geo.blocks_in_group(group);
+    let bytes = tx.buffer(desc.block_bitmap)?.bytes();
+    // Search from the goal, then wrap to the group's start.
+    for (lo, hi) in [(from_bit, bits), (0, from_bit.min(bits))] {
+        let mut from = lo;
+        while let Some((bit, len)) = bitmap::find_clear_run(&bytes, from, hi, want) {
+            let start = group_first + u64::from(bit);
+            match tx.st.alloc.pending_overlap(start, start + u64::from(len)) {
+                None => return take_run(tx, group, &mut desc, bit, len).map(Some),
+                Some((p_start, _)) if p_start > start => {
+                    let len = (p_start - start) as u32;
+                    return take_run(tx, group, &mut desc, bit, len).map(Some);
+                }
+                Some((_, p_end)) => from = (p_end - group_first) as u32,
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn take_run(
+    tx: &mut Tx,
+    group: u32,
+    desc: &mut GroupDesc,
+    bit: u32,
+    len: u32,
+) -> FsResult<(u64, u32)> {
+    let bits = tx.fs.geo.blocks_per_group;
+    let seed = tx.fs.csum_seed;
+    let csum = tx.modify(desc.block_bitmap, |b| {
+        debug_assert!(
+            (bit..bit + len).all(|i| !bitmap::test_bit(b, i)),
+            "allocating a used block"
+        );
+        bitmap::set_range(b, bit, len);
+        seed.map(|s| bitmap::checksum(s, b, bits))
+    })?;
+    if let Some(csum) = csum {
+        desc.set_bitmap_csums(csum, desc.inode_bitmap_csum, tx.fs.geo.desc_size);
+    }
+    if desc.free_blocks < len {
+        return Err(FsError::Inconsistent(format!(
+            "group {group}: free block count {} below a free run of {len}",
+            desc.free_blocks
+        )));
+    }
+    desc.free_blocks -= len;
+    write_desc(tx, group, desc)?;
+    tx.st.alloc.free_blocks -= u64::from(len);
+    Ok((tx.fs.geo.group_first_block(group) + u64::from(bit), len))
+}
+
+/// Frees `count` blocks from `start` (possibly across groups).
+pub(crate) fn free_blocks(tx: &mut Tx, start: u64, count: u64) -> FsResult<()> {
+    let geo = tx.fs.geo.clone();
+    if start < geo.first_data_block || start + count > geo.blocks_count {
+        return Err(FsError::Inconsistent(format!(
+            "freeing blocks {start}..{} outside the file system",
+            start + count
+        )));
+    }
+    let tid = tx.tid();
+    let mut block = start;
+    let end = start + count;
+    while block < end {
+        let group = geo.group_of_block(block);
+        let group_end = geo.group_first_block(group) + u64::from(geo.blocks_in_group(group));
+        let n = (end.min(group_end) - block) as u32;
+        free_in_group(tx, group, (block - geo.group_first_block(group)) as u32, n)?;
+        for b in block..block + u64::from(n) {
+            tx.forget_block(b)?;
+        }
+        block += u64::from(n);
+    }
+    tx.st.alloc.pending_free.insert(start, (count, tid));
+    Ok(())
+}
+
+fn free_in_group(tx: &mut Tx, group: u32, bit: u32, n: u32) -> FsResult<()> {
+    let mut desc = read_desc(tx.fs, group)?;
+    if desc.has_flag(FLAG_BLOCK_UNINIT) {
+        return Err(FsError::Inconsistent(format!(
+            "freeing blocks in group {group}, whose bitmap was never initialized"
+        )));
+    }
+    let bits = tx.fs.geo.blocks_per_group;
+    let seed = tx.fs.csum_seed;
+    let bitmap_block = desc.block_bitmap;
+    let already_free = tx
+        .buffer(bitmap_block)?
+        .read(|b| (bit..bit + n).find(|&i| !bitmap::test_bit(b, i)));
+    if let Some(i) = already_free {
+        return Err(FsError::Inconsistent(format!(
+            "block {} freed twice",
+            tx.fs.geo.group_first_block(group) + u64::from(i)
+        )));
+    }
+    let csum = tx.modify(bitmap_block, |b| {
+        for i in bit..bit + n {
+            bitmap::clear_bit(b, i);
+        }
+        seed.map(|s| bitmap::checksum(s, b, bits))
+    })?;
+    if let Some(csum) = csum {
+        desc.set_bitmap_csums(csum, desc.inode_bitmap_csum, tx.fs.geo.desc_size);
+    }
+    desc.free_blocks += n;
+    write_desc(tx, group, &desc)?;
+    tx.st.alloc.free_blocks += u64::from(n);
+    Ok(())
+}
+
+/// The block ranges of group `group` that file system metadata occupies: its superblock
+/// and descriptor copies, and any group's bitmaps or inode table placed in it.
+fn metadata_in_group(fs: &FsInner, group: u32) -> FsResult<Vec<(u64, u64)>> {
+    let geo = &fs.geo;
+    let first = geo.group_first_block(group);
+    let end = first + u64::from(geo.blocks_in_group(group));
+    let mut ranges = vec![(first, first + u64::from(geo.superblock_area_blocks(group)))];
+    for other in 0..geo.group_count {
+        let d = read_desc(fs, other)?;
+        for (s, len) in [
+            (d.block_bitmap, 1),
+            (d.inode_bitmap, 1),
+            (d.inode_table, u64::from(geo.inode_table_blocks())),
+        ] {
+            if s < end && s + len > first {
+                ranges.push((s.max(first), (s + len).min(end)));
+            }
+        }
+    }
+    Ok(ranges)
+}
+
+/// Builds the block bitmap of a group that was never used (BLOCK_UNINIT).
+fn init_block_bitmap(tx: &mut Tx, group: u32, desc: &mut GroupDesc) -> FsResult<()> {
+    let geo = tx.fs.geo.clone();
+    let first = geo.group_first_block(group);
+    let in_group = geo.blocks_in_group(group);
+    let ranges = metadata_in_group(tx.fs, group)?;
+    let seed = tx.fs.csum_seed;
+    tx.new_block(desc.block_bitmap)?;
+    let (used, csum) = tx.modify(desc.block_bitmap, |b| {
+        for (s, e) in &ranges {
+            bitmap::set_range(b, (s - first) as u32, (e - s) as u32);
+        }
+        let used = bitmap::count_set(b, in_group);
+        bitmap::set_range(b, in_group, geo.block_size * 8 - in_group);
+        (
+            used,
+            seed.map(|s| bitmap::checksum(s, b, geo.blocks_per_group)),
+        )
+    })?;
+    if u64::from(in_group - used) != u64::from(desc.free_blocks) {
+        return Err(FsError::Inconsistent(format!(
+            "group {group}: uninitialized with {} free blocks, but its layout leaves {}",
+            desc.free_blocks,
+            in_group - used
+        )));
+    }
+    if let Some(csum) = csum {
+        desc.set_bitmap_csums(csum, desc.inode_bitmap_csum, geo.desc_size);
+    }
+    desc.flags &= !FLAG_BLOCK_UNINIT;
+    write_desc(tx, group, desc)
+}
+
+/// Builds the inode bitmap of a group that was never used (INODE_UNINIT).
+fn init_inode_bitmap(tx: &mut Tx, group: u32, desc: &mut GroupDesc) -> FsResult<()> {
+    let geo = tx.fs.geo.clone();
+    let seed = tx.fs.csum_seed;
+    tx.new_block(desc.inode_bitmap)?;
+    let csum = tx.modify(desc.inode_bitmap, |b| {
+        bitmap::set_range(
+            b,
+            geo.inodes_per_group,
+            geo.block_size * 8 - geo.inodes_per_group,
+        );
+        seed.map(|s| bitmap::checksum(s, b, geo.inodes_per_group))
+    })?;
+    if let Some(csum) = csum {
+        desc.set_bitmap_csums(desc.block_bitmap_csum, csum, geo.desc_size);
+    }
+    desc.flags &= !FLAG_INODE_UNINIT;
+    write_desc(tx, group, desc)
+}
+
+/// The groups to try for a new inode, best first.
+fn inode_groups(tx: &Tx, parent: u32, is_dir: bool) -> FsResult<Vec<u32>> {
+    let geo = &tx.fs.geo;
+    let groups = geo.group_count;
+    let parent_group = geo.inode_position(parent).0;
+    let mut order: Vec<u32> = (0..groups).map(|i| (parent_group + i) % groups).collect();
+    if is_dir && parent == ROOT_INO {
+        let mut scored = Vec::with_capacity(groups as usize);
+        for g in 0..groups {
+            let d = read_desc(tx.fs, g)?;
+            if d.free_inodes > 0 {
+                scored.push((std::cmp::Reverse(d.free_blocks), d.used_dirs, g));
+            }
+        }
+        scored.sort_unstable();
+        order = scored.into_iter().map(|(_, _, g)| g).collect();
+    }
+    Ok(order)
+}
+
+/// Allocates an inode number for a new inode whose parent directory is `parent`.
+pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u32> {
+    for group in inode_groups(tx, parent, is_dir)? {
+        let mut desc = read_desc(tx.fs, group)?;
+        if desc.free_inodes == 0 {
+            continue;
+        }
+        if desc.has_flag(FLAG_INODE_UNINIT) {
+            init_inode_bitmap(tx, group, &mut desc)?;
+        }
+        if desc.has_flag(FLAG_BLOCK_UNINIT) {
+            // ext4 initializes the block bitmap of a group as soon as it holds an inode.
+            init_block_bitmap(tx, group, &mut desc)?;
+        }
+        let ipg = tx.fs.geo.inodes_per_group;
+        let Some(bit) = tx
+            .buffer(desc.inode_bitmap)?
+            .read(|b| bitmap::find_clear(b, 0, ipg))
+        else {
+            return Err(FsError::Inconsistent(format!(
+                "group {group} counts {} free inodes but its bitmap has none",
+                desc.free_inodes
+            )));
+        };
+        let seed = tx.fs.csum_seed;
+        let csum = tx.modify(desc.inode_bitmap, |b| {
+            bitmap::set_bit(b, bit);
+            seed.map(|s| bitmap::checksum(s, b, ipg))
+        })?;
+        if let Some(csum) = csum {
+            desc.set_bitmap_csums(desc.block_bitmap_csum, csum, tx.fs.geo.desc_size);
+        }
+        desc.free_inodes -= 1;
+        if is_dir {
+            desc.used_dirs += 1;
+        }
+        desc.itable_unused = desc.itable_unused.min(ipg - bit - 1);
+        write_desc(tx, group, &desc)?;
+        tx.st.alloc.free_inodes -= 1;
+        return Ok(group * ipg + bit + 1);
+    }
+    Err(FsError::NoSpace("no free inode left".into()))
+}
+
+/// Frees inode number `ino`.
+pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
+    let (group, bit) = tx.fs.geo.inode_position(ino);
+    let mut desc = read_desc(tx.fs, group)?;
+    let ipg = tx.fs.geo.inodes_per_group;
+    let seed = tx.fs.csum_seed;
+    if !tx
+        .buffer(desc.inode_bitmap)?
+        .read(|b| bitmap::test_bit(b, bit))
+    {
+        return Err(FsError::Inconsistent(format!(
+            "inode {ino} freed but not in use"
+        )));
+    }
+    let csum = tx.modify(desc.inode_bitmap, |b| {
+        bitmap::clear_bit(b, bit);
+        seed.map(|s| bitmap::checksum(s, b, ipg))
+    })?;
+    if let Some(csum) = csum {
+        desc.set_bitmap_csums(desc.block_bitmap_csum, csum, tx.fs.geo.desc_size);
+    }
+    desc.free_inodes += 1;
+    if was_dir {
+        desc.used_dirs = desc.used_dirs.saturating_sub(1);
+    }
+    write_desc(tx, group, &desc)?;
+    tx.st.alloc.free_inodes += 1;
+    Ok(())
+}

@@ -1,0 +1,644 @@
+//! The library API: a mounted file system ([`Fs`]) and open files ([`File`]).
+//!
+//! Every call takes the file system lock for its duration, except that `fsync` and
+//! `fdatasync` release it before waiting for the commit, so other threads go on while one
+//! waits for the disk. `Fs` is cheap to clone and safe to share between threads.
+//!
+//! Dropping the last `Fs` without [`Fs::unmount`] is a crash as far as the disk is
+//! concerned: what committed is recovered at the next mount, nothing more.
+
+use crate::error::{FsError, FsResult};
+use crate::format::inode::flags as iflags;
+use crate::inodes::{inode_time, stat};
+use crate::mount::{self, MountReport};
+use crate::namei::{self, NewNode};
+use crate::options::MountOptions;
+use crate::state::{FsInner, FsState};
+use crate::tx::Tx;
+use crate::types::{
+    DirEntry, FallocateMode, FileKind, Ino, RenameFlags, SetAttr, Stat, StatFs, ROOT_INO,
+};
+use crate::xattr_ops::{self, XattrSetMode};
+use crate::{dir, file};
+use jext_cache::{WritebackPolicy, WritebackTarget, WritebackThread};
+use jext_device::{BlockDevice, CounterSnapshot};
+use jext_io::IoQueue;
+use jext_journal::JournalStats;
+use parking_lot::{Mutex, MutexGuard};
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// A mounted file system.
+#[derive(Clone)]
+pub struct Fs {
+    mounted: Arc<Mounted>,
+}
+
+struct Mounted {
+    inner: Arc<FsInner>,
+    writeback: Mutex<Option<WritebackThread>>,
+    unmounted: Mutex<bool>,
+}
+
+impl Fs {
+    /// Mounts the file system on `device` (recovering its journal first).
+    pub fn open(device: Arc<dyn BlockDevice>, options: MountOptions) -> FsResult<Fs> {
+        Fs::open_with_report(device, options).map(|(fs, _)| fs)
+    }
+
+    /// Mounts and says what recovery and orphan cleanup did.
+    pub fn open_with_report(
+        device: Arc<dyn BlockDevice>,
+        options: MountOptions,
+    ) -> FsResult<(Fs, MountReport)> {
+        let io = Arc::new(IoQueue::new(device));
+        let (inner, report) = mount::mount(io, options)?;
+        let policy = WritebackPolicy::default();
+        let weak: Weak<dyn WritebackTarget> = Arc::downgrade(&inner) as Weak<dyn WritebackTarget>;
+        let thread = (!inner.options.read_only)
+            .then(|| WritebackThread::spawn(Duration::from_millis(policy.interval_ms), weak));
+        let fs = Fs {
+            mounted: Arc::new(Mounted {
+                inner,
+                writeback: Mutex::new(thread),
+                unmounted: Mutex::new(false),
+            }),
+        };
+        Ok((fs, report))
+    }
+
+    /// Mounts the image file or block device at `path`.
+    pub fn open_path(path: &Path, options: MountOptions) -> FsResult<Fs> {
+        let device = jext_device::open_path(path, options.read_only)?;
+        Fs::open(device, options)
+    }
+
+    fn inner(&self) -> &FsInner {
+        &self.mounted.inner
+    }
+
+    fn lock(&self) -> FsResult<MutexGuard<'_, FsState>> {
+        if *self.mounted.unmounted.lock() {
+            return Err(FsError::Invalid("the file system is unmounted".into()));
+        }
+        Ok(self.inner().state.lock())
+    }
+
+    /// Writes everything back, checkpoints, and marks the image clean. Later calls fail.
+    pub fn unmount(&self) -> FsResult<()> {
+        let mut unmounted = self.mounted.unmounted.lock();
+        if *unmounted {
+            return Ok(());
+        }
+        if let Some(thread) = self.mounted.writeback.lock().take() {
+            thread.stop();
+        }
+        *unmounted = true;
+        mount::unmount(self.inner())
+    }
+
+    pub fn root(&self) -> Ino {
+        ROOT_INO
+    }
+
+    /// What `stat` shows for inode `ino`.
+    pub fn stat(&self, ino: Ino) -> FsResult<Stat> {
+        let mut st = self.lock()?;
+        crate::inodes::load(self.inner(), &mut st, ino)?;
+        stat(self.inner(), ino, &st.inodes[&ino])
+    }
+
+    /// Looks `name` up in directory `parent`.
+    pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Stat> {
+        let mut st = self.lock()?;
+        let ino = namei::lookup(self.inner(), &mut st, parent, name)?;
+        crate::inodes::load(self.inner(), &mut st, ino)?;
+        stat(self.inner(), ino, &st.inodes[&ino])
+    }
+
+    fn make(&self, parent: Ino, name: &[u8], node: NewNode) -> FsResult<Stat> {
+        let mut st = self.lock()?;
+        let ino = namei::create(self.inner(), &mut st, parent, name, node)?;
+        stat(self.inner(), ino, &st.inodes[&ino])
+    }
+
+    /// Creates a regular file with permissions `perm`.
+    pub fn create(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        perm: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Stat> {
+        let mode = FileKind::Regular.mode_bits() | (perm & 0o7777);
+        self.make(
+            parent,
+            name,
+            NewNode {
+                mode,
+                uid,
+                gid,
+                rdev: 0,
+                symlink_target: None,
+            },
+        )
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, parent: Ino, name: &[u8], perm: u32, uid: u32, gid: u32) -> FsResult<Stat> {
+        let mode = FileKind::Directory.mode_bits() | (perm & 0o7777);
+        self.make(
+            parent,
+            name,
+            NewNode {
+                mode,
+                uid,
+                gid,
+                rdev: 0,
+                symlink_target: None,
+            },
+        )
+    }
+
+    /// Creates a node of any type (`mode` includes the type bits; `rdev` for devices).
+    pub fn mknod(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Stat> {
+        if FileKind::from_mode(mode) == Some(FileKind::Symlink) {
+            return Err(FsError::Invalid(
+                "use symlink to make a symbolic link".into(),
+            ));
+        }
+        self.make(
+            parent,
+            name,
+            NewNode {
+                mode,
+                uid,
+                gid,
+                rdev,
+                symlink_target: None,
+            },
+        )
+    }
+
+    /// Creates a symbolic link to `target`.
+    pub fn symlink(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        target: &[u8],
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Stat> {
+        let mode = FileKind::Symlink.mode_bits() | 0o777;
+        self.make(
+            parent,
+            name,
+            NewNode {
+                mode,
+                uid,
+                gid,
+                rdev: 0,
+                symlink_target: Some(target),
+            },
+        )
+    }
+
+    pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
+        let mut st = self.lock()?;
+        namei::readlink(self.inner(), &mut st, ino)
+    }
+
+    /// Adds a hard link `name` in `parent` to `ino`.
+    pub fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> FsResult<Stat> {
+        let mut st = self.lock()?;
+        namei::link(self.inner(), &mut st, ino, parent, name)?;
+        stat(self.inner(), ino, &st.inodes[&ino])
+    }
+
+    pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        let mut st = self.lock()?;
+        namei::unlink(self.inner(), &mut st, parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
+        let mut st = self.lock()?;
+        namei::unlink(self.inner(), &mut st, parent, name, true)
+    }
+
+    pub fn rename(
+        &self,
+        src_parent: Ino,
+        src: &[u8],
+        dst_parent: Ino,
+        dst: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
+        let mut st = self.lock()?;
+        namei::rename(
+            self.inner(),
+            &mut st,
+            src_parent,
+            src,
+            dst_parent,
+            dst,
+            flags,
+        )
+    }
+
+    /// Entries of directory `ino` from `cookie` on (0: from the start).
+    pub fn readdir(&self, ino: Ino, cookie: u64) -> FsResult<Vec<DirEntry>> {
+        let mut st = self.lock()?;
+        crate::inodes::load(self.inner(), &mut st, ino)?;
+        let info = &st.inodes[&ino];
+        if !info.is_dir() {
+            return Err(FsError::NotDir(format!("inode {ino}")));
+        }
+        let raw = info.raw.clone();
+        let listed = dir::list(self.inner(), ino, &raw, cookie)?;
+        let mut out = Vec::with_capacity(listed.len());
+        for l in listed {
+            let kind = match FileKind::from_dirent_type(l.file_type) {
+                Some(kind) => kind,
+                None => {
+                    crate::inodes::load(self.inner(), &mut st, l.ino)?;
+                    stat(self.inner(), l.ino, &st.inodes[&l.ino])?.kind
+                }
+            };
+            out.push(DirEntry {
+                ino: l.ino,
+                name: l.name,
+                kind,
+                next_cookie: l.next_cookie,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Changes attributes; returns the new `stat`.
+    pub fn setattr(&self, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
+        let mut st = self.lock()?;
+        let fs = self.inner();
+        crate::inodes::load(fs, &mut st, ino)?;
+        if let Some(size) = attr.size {
+            if st.inodes[&ino].size != size {
+                file::set_size(fs, &mut st, ino, size)?;
+            }
+        }
+        let mut tx = Tx::begin(fs, &mut st, 4)?;
+        let r = apply_attrs(&mut tx, ino, attr);
+        tx.end(r)?;
+        stat(fs, ino, &st.inodes[&ino])
+    }
+
+    /// Notes that `ino` is open (an unlinked open inode lives until released).
+    pub fn open_inode(&self, ino: Ino) -> FsResult<Stat> {
+        let mut st = self.lock()?;
+        crate::inodes::load(self.inner(), &mut st, ino)?;
+        let info = st.inodes.get_mut(&ino).expect("loaded");
+        info.open_count += 1;
+        stat(self.inner(), ino, info)
+    }
+
+    /// Notes that one opener of `ino` closed it; deletes it if it has no names left.
+    pub fn release(&self, ino: Ino) -> FsResult<()> {
+        let mut st = self.lock()?;
+        let Some(info) = st.inodes.get_mut(&ino) else {
+            return Ok(());
+        };
+        info.open_count = info.open_count.saturating_sub(1);
+        if info.open_count == 0 && info.raw.links_count() == 0 && !self.inner().options.read_only {
+            crate::truncate::delete_inode(self.inner(), &mut st, ino)?;
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, ino: Ino, offset: u64, len: usize) -> FsResult<Vec<u8>> {
+        let mut st = self.lock()?;
+        file::read(self.inner(), &mut st, ino, offset, len)
+    }
+
+    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let mut st = self.lock()?;
+        file::write(self.inner(), &mut st, ino, offset, data)
+    }
+
+    /// `fsync` (`datasync`: `fdatasync`): returns once the file is durable.
+    pub fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        let (tid, flush) = {
+            let mut st = self.lock()?;
+            file::prepare_sync(self.inner(), &mut st, ino, datasync)?
+        };
+        if let Some(tid) = tid {
+            self.inner().journal.commit_and_wait(tid)?;
+        }
+        if flush && self.inner().options.barrier {
+            self.inner().io.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
+        let mut st = self.lock()?;
+        file::fallocate(self.inner(), &mut st, ino, offset, len, mode)
+    }
+
+    pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
+        let mut st = self.lock()?;
+        crate::inodes::load(self.inner(), &mut st, ino)?;
+        let raw = st.inodes[&ino].raw.clone();
+        xattr_ops::get(self.inner(), ino, &raw, name)
+    }
+
+    pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
+        let mut st = self.lock()?;
+        crate::inodes::load(self.inner(), &mut st, ino)?;
+        let raw = st.inodes[&ino].raw.clone();
+        xattr_ops::list(self.inner(), ino, &raw)
+    }
+
+    pub fn setxattr(
+        &self,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrSetMode,
+    ) -> FsResult<()> {
+        let mut st = self.lock()?;
+        let fs = self.inner();
+        crate::inodes::load(fs, &mut st, ino)?;
+        namei::ensure_space(fs, &mut st, 4, false)?;
+        let mut tx = Tx::begin(fs, &mut st, 12)?;
+        let r =
+            xattr_ops::set(&mut tx, ino, name, value, mode).and_then(|_| touch_ctime(&mut tx, ino));
+        tx.end(r)
+    }
+
+    pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        let mut st = self.lock()?;
+        let fs = self.inner();
+        crate::inodes::load(fs, &mut st, ino)?;
+        let mut tx = Tx::begin(fs, &mut st, 12)?;
+        let r = xattr_ops::remove(&mut tx, ino, name).and_then(|_| touch_ctime(&mut tx, ino));
+        tx.end(r)
+    }
+
+    pub fn statfs(&self) -> FsResult<StatFs> {
+        let st = self.lock()?;
+        let geo = &self.inner().geo;
+        let free = st
+            .alloc
+            .free_blocks
+            .saturating_sub(st.alloc.reserved_blocks);
+        Ok(StatFs {
+            block_size: geo.block_size,
+            blocks: geo.blocks_count - u64::from(st.sb.overhead_clusters()),
+            blocks_free: free,
+            blocks_available: free.saturating_sub(st.sb.r_blocks_count()),
+            inodes: u64::from(geo.inodes_count),
+            inodes_free: st.alloc.free_inodes,
+            name_max: 255,
+        })
+    }
+
+    /// Writes back all dirty data and commits (`sync(2)`).
+    pub fn sync(&self) -> FsResult<()> {
+        {
+            let mut st = self.lock()?;
+            let fs = self.inner();
+            if !fs.options.read_only {
+                let files: Vec<u32> = st.pages.dirty_files().into_iter().map(|(i, _)| i).collect();
+                let dirty: Vec<u32> = st
+                    .inodes
+                    .iter()
+                    .filter(|(_, i)| i.dirty)
+                    .map(|(i, _)| *i)
+                    .collect();
+                for ino in files.into_iter().chain(dirty) {
+                    file::writeback(fs, &mut st, ino, true)?;
+                }
+            }
+        }
+        self.inner().journal.commit_all()?;
+        Ok(())
+    }
+
+    /// The extents of regular file `ino`, in order (for SEEK_DATA / SEEK_HOLE).
+    pub fn extents(&self, ino: Ino) -> FsResult<Vec<crate::format::extent::Extent>> {
+        let mut st = self.lock()?;
+        file::extents(self.inner(), &mut st, ino)
+    }
+
+    /// The device's IO counters.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.inner().io.device().counters().snapshot()
+    }
+
+    pub fn journal_stats(&self) -> JournalStats {
+        self.inner().journal.stats()
+    }
+
+    /// The data mode and other options this mount uses.
+    pub fn options(&self) -> MountOptions {
+        self.inner().options.clone()
+    }
+
+    /// Memory the caches use: (cached pages, dirty pages, cached blocks).
+    pub fn cache_usage(&self) -> FsResult<(usize, usize, usize)> {
+        let st = self.lock()?;
+        let pages = st.pages.stats();
+        Ok((
+            pages.cached_pages,
+            pages.dirty_pages,
+            self.inner().cache.stats().cached_blocks,
+        ))
+    }
+
+    /// The inode a `/`-separated path names (symlinks are not followed).
+    pub fn resolve(&self, path: &str) -> FsResult<Ino> {
+        let mut ino = ROOT_INO;
+        let mut st = self.lock()?;
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            ino = namei::lookup(self.inner(), &mut st, ino, part.as_bytes())?;
+        }
+        Ok(ino)
+    }
+
+    /// The parent directory and last name of a path.
+    fn split_path<'p>(&self, path: &'p str) -> FsResult<(Ino, &'p str)> {
+        let trimmed = path.trim_end_matches('/');
+        let (dir, name) = trimmed.rsplit_once('/').unwrap_or(("", trimmed));
+        if name.is_empty() {
+            return Err(FsError::Invalid(format!("{path:?} names no file")));
+        }
+        Ok((self.resolve(dir)?, name))
+    }
+
+    /// Creates a file at `path` and opens it.
+    pub fn create_file(&self, path: &str, perm: u32) -> FsResult<File> {
+        let (parent, name) = self.split_path(path)?;
+        let stat = self.create(parent, name.as_bytes(), perm, 0, 0)?;
+        File::open(self, stat.ino)
+    }
+
+    /// Opens the file at `path`.
+    pub fn open_file(&self, path: &str) -> FsResult<File> {
+        let ino = self.resolve(path)?;
+        File::open(self, ino)
+    }
+
+    /// Creates a directory at `path`.
+    pub fn mkdir_path(&self, path: &str, perm: u32) -> FsResult<Stat> {
+        let (parent, name) = self.split_path(path)?;
+        self.mkdir(parent, name.as_bytes(), perm, 0, 0)
+    }
+}
+
+fn touch_ctime(tx: &mut Tx, ino: u32) -> FsResult<()> {
+    tx.inode(ino)?
+        .raw
+        .set_ctime(inode_time(crate::types::Timestamp::now()));
+    tx.write_inode(ino)
+}
+
+fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
+    let info = tx.inode(ino)?;
+    let raw = &mut info.raw;
+    if let Some(perm) = attr.perm {
+        raw.set_mode((raw.mode() & 0o170000) | (perm & 0o7777));
+    }
+    if let Some(uid) = attr.uid {
+        raw.set_uid(uid);
+    }
+    if let Some(gid) = attr.gid {
+        raw.set_gid(gid);
+    }
+    if let Some(t) = attr.atime {
+        raw.set_atime(inode_time(t));
+    }
+    if let Some(t) = attr.mtime {
+        raw.set_mtime(inode_time(t));
+    }
+    if let Some(t) = attr.crtime {
+        raw.set_crtime(inode_time(t));
+    }
+    if let Some(f) = attr.flags {
+        let keep = raw.flags() & !iflags::USER_MODIFIABLE;
+        raw.set_flags(keep | (f & iflags::USER_MODIFIABLE));
+    }
+    raw.set_ctime(inode_time(
+        attr.ctime.unwrap_or_else(crate::types::Timestamp::now),
+    ));
+    tx.write_inode(ino)
+}
+
+impl WritebackTarget for FsInner {
+    fn writeback_tick(&self) {
+        let mut st = self.state.lock();
+        if st.error.is_some() || self.journal.aborted().is_some() {
+            return;
+        }
+        if let Err(err) = writeback_due(self, &mut st) {
+            st.error
+                .get_or_insert(format!("background writeback failed: {err}"));
+        }
+    }
+}
+
+/// What the writeback thread does each tick: data older than the expiry, then enough to
+/// get under the background threshold, then inodes whose only change is their times.
+fn writeback_due(fs: &FsInner, st: &mut FsState) -> FsResult<()> {
+    let policy = WritebackPolicy::default();
+    let expire = Duration::from_millis(policy.expire_ms);
+    let now = Instant::now();
+    for (ino, since) in st.pages.dirty_files() {
+        if now.duration_since(since) >= expire {
+            file::writeback(fs, st, ino, true)?;
+        }
+    }
+    let background = st.pages.capacity_bytes() / 100 * policy.background_percent as usize;
+    while st.pages.dirty_bytes() > background {
+        let Some((ino, _)) = st.pages.dirty_files().into_iter().next() else {
+            break;
+        };
+        file::writeback(fs, st, ino, true)?;
+    }
+    let dirty: Vec<u32> = st
+        .inodes
+        .iter()
+        .filter(|(_, i)| i.dirty)
+        .map(|(i, _)| *i)
+        .collect();
+    for ino in dirty {
+        file::writeback(fs, st, ino, true)?;
+    }
+    st.pages.evict_over_capacity();
+    Ok(())
+}
+
+/// An open file; closing (dropping) it releases the inode.
+pub struct File {
+    fs: Fs,
+    ino: Ino,
+}
+
+impl File {
+    fn open(fs: &Fs, ino: Ino) -> FsResult<File> {
+        fs.open_inode(ino)?;
+        Ok(File {
+            fs: fs.clone(),
+            ino,
+        })
+    }
+
+    pub fn ino(&self) -> Ino {
+        self.ino
+    }
+
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> FsResult<usize> {
+        self.fs.write(self.ino, offset, data)
+    }
+
+    pub fn read_at(&self, offset: u64, len: usize) -> FsResult<Vec<u8>> {
+        self.fs.read(self.ino, offset, len)
+    }
+
+    pub fn fsync(&self) -> FsResult<()> {
+        self.fs.fsync(self.ino, false)
+    }
+
+    pub fn fdatasync(&self) -> FsResult<()> {
+        self.fs.fsync(self.ino, true)
+    }
+
+    pub fn set_len(&self, size: u64) -> FsResult<()> {
+        self.fs
+            .setattr(
+                self.ino,
+                &SetAttr {
+                    size: Some(size),
+                    ..SetAttr::default()
+                },
+            )
+            .map(|_| ())
+    }
+
+    pub fn stat(&self) -> FsResult<Stat> {
+        self.fs.stat(self.ino)
+    }
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        let _ = self.fs.release(self.ino);
+    }
+}

@@ -1,0 +1,729 @@
+//! Directories: names to inode numbers, in linear blocks or a hashed tree (htree).
+//!
+//! A linear directory is scanned block by block. An indexed one (`INDEX` flag, with the
+//! `dir_index` feature) keeps an index in block 0 (and at most one level of index nodes)
+//! that sends a name's hash to the leaf block holding it. A linear directory becomes
+//! indexed when its only block fills, as ext4 does; a full leaf splits in two by hash; a
+//! full root index moves into a node block, growing the tree to two levels.
+//!
+//! Promises: every block read is checked (checksum tail, entry chain, index) before use;
+//! every block written gets a fresh checksum; an index entry's hash is the lowest hash in
+//! its subtree, with bit 0 set when a hash run continues from the previous leaf. A failed
+//! capacity check happens before anything changes.
+//! Readdir cookies: byte offsets in linear directories, hash positions in indexed ones, so
+//! a leaf split during a listing neither repeats nor skips an entry.
+
+use crate::blockmap;
+use crate::error::{FsError, FsResult};
+use crate::format::csum::inode_seed;
+use crate::format::dirent::{self, RawEntry, MAX_NAME_LEN};
+use crate::format::hash::dirhash;
+use crate::format::htree::{self, DxEntry, DxRootInfo, NODE_COUNT_OFFSET, ROOT_COUNT_OFFSET};
+use crate::format::inode::{flags, Inode};
+use crate::format::Location;
+use crate::state::FsInner;
+use crate::tx::Tx;
+use std::sync::Arc;
+
+/// Where a name was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub ino: u32,
+    pub file_type: u8,
+    pub logical: u32,
+    pub offset: usize,
+}
+
+/// One listed entry with its readdir cookie.
+pub(crate) struct Listed {
+    pub ino: u32,
+    pub file_type: u8,
+    pub name: Vec<u8>,
+    pub next_cookie: u64,
+}
+
+/// Checks a name a user wants to create.
+pub(crate) fn check_name(name: &[u8]) -> FsResult<()> {
+    let shown = || String::from_utf8_lossy(name).into_owned();
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(FsError::Invalid(format!(
+            "{:?} is not a valid file name",
+            shown()
+        )));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(FsError::NameTooLong(shown()));
+    }
+    Ok(())
+}
+
+fn tail(fs: &FsInner) -> bool {
+    fs.csum_seed.is_some()
+}
+
+fn seed(fs: &FsInner, ino: u32, raw: &Inode) -> Option<u32> {
+    fs.csum_seed.map(|s| inode_seed(s, ino, raw.generation()))
+}
+
+pub(crate) fn is_indexed(fs: &FsInner, raw: &Inode) -> bool {
+    fs.dir_index && raw.flags() & flags::INDEX != 0
+}
+
+fn block_count(fs: &FsInner, raw: &Inode) -> u32 {
+    (raw.size() / u64::from(fs.geo.block_size)) as u32
+}
+
+/// The physical block and bytes of directory block `logical`.
+fn read_block(fs: &FsInner, ino: u32, raw: &Inode, logical: u32) -> FsResult<(u64, Arc<[u8]>)> {
+    let extent = blockmap::lookup(fs, ino, raw, logical)?;
+    let Some(e) = extent.filter(|e| !e.unwritten) else {
+        return Err(FsError::Inconsistent(format!(
+            "directory {ino} has a hole at block {logical}"
+        )));
+    };
+    let phys = e.start + u64::from(logical - e.logical);
+    Ok((phys, fs.cache.get(phys)?.bytes()))
+}
+
+/// Parses a leaf (or linear) block after checking its checksum tail.
+fn parse_leaf(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    phys: u64,
+    bytes: &[u8],
+) -> FsResult<Vec<RawEntry>> {
+    let loc = Location::Block {
+        block: phys,
+        ino: Some(ino),
+    };
+    if let Some(seed) = seed(fs, ino, raw) {
+        if !dirent::has_tail(bytes) {
+            return Err(FsError::Corrupt(crate::format::FormatError::new(
+                "directory block",
+                loc,
+                "no checksum tail in a metadata_csum file system",
+            )));
+        }
+        dirent::verify_checksum(bytes, seed, loc)?;
+    }
+    Ok(dirent::parse_block(bytes, tail(fs), loc)?)
+}
+
+fn hash_version(fs: &FsInner, stored: u8) -> u8 {
+    if fs.hash_unsigned && stored <= 2 {
+        stored + 3
+    } else {
+        stored
+    }
+}
+
+fn name_hash(fs: &FsInner, version: u8, name: &[u8], ino: u32) -> FsResult<(u32, u32)> {
+    dirhash(name, hash_version(fs, version), fs.hash_seed)
+        .ok_or_else(|| FsError::Unsupported(format!("directory {ino} uses hash version {version}")))
+}
+
+/// Looks `name` up in directory `ino`.
+pub(crate) fn lookup(fs: &FsInner, ino: u32, raw: &Inode, name: &[u8]) -> FsResult<Option<Found>> {
+    if is_indexed(fs, raw) {
+        return htree_lookup(fs, ino, raw, name);
+    }
+    for logical in 0..block_count(fs, raw) {
+        let (phys, bytes) = read_block(fs, ino, raw, logical)?;
+        if let Some(found) = search(&parse_leaf(fs, ino, raw, phys, &bytes)?, name, logical) {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}
+
+fn search(entries: &[RawEntry], name: &[u8], logical: u32) -> Option<Found> {
+    entries
+        .iter()
+        .find(|e| e.inode != 0 && e.name == name)
+        .map(|e| Found {
+            ino: e.inode,
+            file_type: e.file_type,
+            logical,
+            offset: e.offset,
+        })
+}
+
+/// The path through the index to the leaf for one hash.
+struct DxPath {
+    info: DxRootInfo,
+    root: Vec<DxEntry>,
+    root_slot: usize,
+    /// With one indirect level: the node's logical block, its entries, and the slot.
+    node: Option<(u32, Vec<DxEntry>, usize)>,
+}
+
+impl DxPath {
+    fn leaf(&self) -> u32 {
+        match &self.node {
+            Some((_, entries, slot)) => entries[*slot].block,
+            None => self.root[self.root_slot].block,
+        }
+    }
+}
+
+fn slot_for(entries: &[DxEntry], hash: u32) -> usize {
+    // Entry 0 covers everything below entry 1's hash.
+    entries[1..].partition_point(|e| e.hash <= hash)
+}
+
+fn read_root(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<(DxRootInfo, Vec<DxEntry>)> {
+    let (phys, bytes) = read_block(fs, ino, raw, 0)?;
+    let loc = Location::Block {
+        block: phys,
+        ino: Some(ino),
+    };
+    let decoded = htree::decode_root(&bytes, tail(fs), loc)?;
+    if let Some(seed) = seed(fs, ino, raw) {
+        htree::verify_checksum(&bytes, ROOT_COUNT_OFFSET, seed, loc)?;
+    }
+    Ok(decoded)
+}
+
+fn read_node(fs: &FsInner, ino: u32, raw: &Inode, logical: u32) -> FsResult<Vec<DxEntry>> {
+    let (phys, bytes) = read_block(fs, ino, raw, logical)?;
+    let loc = Location::Block {
+        block: phys,
+        ino: Some(ino),
+    };
+    let entries = htree::decode_node(&bytes, tail(fs), loc)?;
+    if let Some(seed) = seed(fs, ino, raw) {
+        htree::verify_checksum(&bytes, NODE_COUNT_OFFSET, seed, loc)?;
+    }
+    Ok(entries)
+}
+
+fn dx_find(fs: &FsInner, ino: u32, raw: &Inode, hash: u32) -> FsResult<DxPath> {
+    let (info, root) = read_root(fs, ino, raw)?;
+    let root_slot = slot_for(&root, hash);
+    let node = if info.indirect_levels == 1 {
+        let logical = root[root_slot].block;
+        let entries = read_node(fs, ino, raw, logical)?;
+        let slot = slot_for(&entries, hash);
+        Some((logical, entries, slot))
+    } else {
+        None
+    };
+    Ok(DxPath {
+        info,
+        root,
+        root_slot,
+        node,
+    })
+}
+
+/// Moves to the next leaf in hash order; returns the hash that leaf starts at.
+fn dx_next(fs: &FsInner, ino: u32, raw: &Inode, path: &mut DxPath) -> FsResult<Option<u32>> {
+    if let Some((_, entries, slot)) = &mut path.node {
+        if *slot + 1 < entries.len() {
+            *slot += 1;
+            return Ok(Some(entries[*slot].hash));
+        }
+    }
+    if path.root_slot + 1 >= path.root.len() {
+        return Ok(None);
+    }
+    path.root_slot += 1;
+    let hash = path.root[path.root_slot].hash;
+    if path.node.is_some() {
+        let logical = path.root[path.root_slot].block;
+        path.node = Some((logical, read_node(fs, ino, raw, logical)?, 0));
+    }
+    Ok(Some(hash))
+}
+
+fn htree_lookup(fs: &FsInner, ino: u32, raw: &Inode, name: &[u8]) -> FsResult<Option<Found>> {
+    let (info, _) = read_root(fs, ino, raw)?;
+    let (major, _) = name_hash(fs, info.hash_version, name, ino)?;
+    let mut path = dx_find(fs, ino, raw, major)?;
+    loop {
+        let logical = path.leaf();
+        let (phys, bytes) = read_block(fs, ino, raw, logical)?;
+        if let Some(found) = search(&parse_leaf(fs, ino, raw, phys, &bytes)?, name, logical) {
+            return Ok(Some(found));
+        }
+        // A run of equal hashes may continue in the next leaf (bit 0 of its hash).
+        match dx_next(fs, ino, raw, &mut path)? {
+            Some(next) if next & 1 == 1 && next & !1 == major => continue,
+            _ => return Ok(None),
+        }
+    }
+}
+
+/// Lists entries from `cookie` on (0 starts at the beginning).
+pub(crate) fn list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<Listed>> {
+    if is_indexed(fs, raw) {
+        return htree_list(fs, ino, raw, cookie);
+    }
+    let bs = u64::from(fs.geo.block_size);
+    let mut out = Vec::new();
+    for logical in (cookie / bs) as u32..block_count(fs, raw) {
+        let (phys, bytes) = read_block(fs, ino, raw, logical)?;
+        for e in parse_leaf(fs, ino, raw, phys, &bytes)? {
+            let position = u64::from(logical) * bs + e.offset as u64;
+            if e.inode != 0 && position >= cookie {
+                out.push(Listed {
+                    ino: e.inode,
+                    file_type: e.file_type,
+                    name: e.name,
+                    next_cookie: position + e.rec_len as u64,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The cookie of an entry in an indexed directory: after "." (0) and ".." (1), entries
+/// sort by (major, minor) hash, kept below 2^62 so the cookie is a valid file offset.
+fn hash_cookie(major: u32, minor: u32) -> u64 {
+    3 + ((u64::from(major >> 1) << 31) | u64::from(minor >> 1))
+}
+
+fn htree_list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<Listed>> {
+    let (info, root) = read_root(fs, ino, raw)?;
+    let mut leaves = Vec::new();
+    for e in &root {
+        if info.indirect_levels == 1 {
+            leaves.extend(read_node(fs, ino, raw, e.block)?.iter().map(|n| n.block));
+        } else {
+            leaves.push(e.block);
+        }
+    }
+    let mut out = Vec::new();
+    for (key, name, entry_ino) in [
+        (0u64, &b"."[..], info.dot_inode),
+        (1, b"..", info.dotdot_inode),
+    ] {
+        if key >= cookie {
+            out.push(Listed {
+                ino: entry_ino,
+                file_type: 2,
+                name: name.to_vec(),
+                next_cookie: key + 1,
+            });
+        }
+    }
+    let mut rest = Vec::new();
+    for logical in leaves {
+        let (phys, bytes) = read_block(fs, ino, raw, logical)?;
+        for e in parse_leaf(fs, ino, raw, phys, &bytes)? {
+            if e.inode == 0 {
+                continue;
+            }
+            let (major, minor) = name_hash(fs, info.hash_version, &e.name, ino)?;
+            let key = hash_cookie(major, minor);
+            if key >= cookie {
+                rest.push(Listed {
+                    ino: e.inode,
+                    file_type: e.file_type,
+                    name: e.name,
+                    next_cookie: key + 1,
+                });
+            }
+        }
+    }
+    rest.sort_by_key(|l| l.next_cookie);
+    out.extend(rest);
+    Ok(out)
+}
+
+/// True if the directory holds nothing but "." and "..".
+pub(crate) fn is_empty(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
+    Ok(list(fs, ino, raw, 0)?
+        .iter()
+        .all(|l| l.name == b"." || l.name == b".."))
+}
+
+/// Writes a fresh first block for new directory `ino` with "." and "..".
+pub(crate) fn init(tx: &mut Tx, ino: u32, parent: u32) -> FsResult<()> {
+    let bs = tx.fs.geo.block_size as usize;
+    let with_tail = tail(tx.fs);
+    let phys = append_block(tx, ino)?.1;
+    let raw = tx.raw_inode(ino)?;
+    let seed = seed(tx.fs, ino, &raw);
+    tx.modify(phys, |b| {
+        dirent::init_empty_block(b, with_tail);
+        dirent::write_entry(b, 0, ino, 12, 2, b".");
+        dirent::write_entry(
+            b,
+            12,
+            parent,
+            dirent::entries_end(bs, with_tail) - 12,
+            2,
+            b"..",
+        );
+        if let Some(seed) = seed {
+            dirent::set_checksum(b, seed);
+        }
+    })
+}
+
+/// Points ".." of directory `ino` at `parent`.
+pub(crate) fn set_dotdot(tx: &mut Tx, ino: u32, parent: u32) -> FsResult<()> {
+    let raw = tx.raw_inode(ino)?;
+    let indexed = is_indexed(tx.fs, &raw);
+    let (phys, bytes) = read_block(tx.fs, ino, &raw, 0)?;
+    let second = &bytes[12..];
+    if second[6] != 2 || &second[8..10] != b".." {
+        return Err(FsError::Inconsistent(format!(
+            "directory {ino}: the second entry of block 0 is not \"..\""
+        )));
+    }
+    let seed = seed(tx.fs, ino, &raw);
+    tx.modify(phys, |b| {
+        b[12..16].copy_from_slice(&parent.to_le_bytes());
+        match (seed, indexed) {
+            (Some(seed), true) => htree::set_checksum(b, ROOT_COUNT_OFFSET, seed),
+            (Some(seed), false) => dirent::set_checksum(b, seed),
+            (None, _) => {}
+        }
+    })
+}
+
+/// Grows directory `ino` by one zeroed block; the caller writes the inode.
+fn append_block(tx: &mut Tx, ino: u32) -> FsResult<(u32, u64)> {
+    let bs = u64::from(tx.fs.geo.block_size);
+    let logical = (tx.inode(ino)?.size / bs) as u32;
+    let placed = blockmap::allocate(tx, ino, logical, 1, false)?;
+    let phys = placed[0].start;
+    tx.new_block(phys)?;
+    let info = tx.inode(ino)?;
+    info.size += bs;
+    info.raw.set_size(info.size);
+    Ok((logical, phys))
+}
+
+/// Rewrites leaf `phys` to hold exactly `entries`.
+fn write_leaf(tx: &mut Tx, ino: u32, phys: u64, entries: &[RawEntry]) -> FsResult<()> {
+    let with_tail = tail(tx.fs);
+    let raw = tx.raw_inode(ino)?;
+    let seed = seed(tx.fs, ino, &raw);
+    tx.modify(phys, |b| {
+        dirent::init_empty_block(b, with_tail);
+        for e in entries {
+            dirent::insert(b, with_tail, e.inode, e.file_type, &e.name)
+                .expect("split entries fit a leaf");
+        }
+        if let Some(seed) = seed {
+            dirent::set_checksum(b, seed);
+        }
+    })
+}
+
+/// Inserts into leaf `phys` if there is room; returns whether it did.
+fn insert_into(
+    tx: &mut Tx,
+    ino: u32,
+    phys: u64,
+    entries: &[RawEntry],
+    name: &[u8],
+    child: u32,
+    file_type: u8,
+) -> FsResult<bool> {
+    let needed = dirent::entry_size(name.len());
+    if !entries.iter().any(|e| e.rec_len - e.used_size() >= needed) {
+        return Ok(false);
+    }
+    let with_tail = tail(tx.fs);
+    let raw = tx.raw_inode(ino)?;
+    let seed = seed(tx.fs, ino, &raw);
+    tx.modify(phys, |b| {
+        dirent::insert(b, with_tail, child, file_type, name).expect("room was checked");
+        if let Some(seed) = seed {
+            dirent::set_checksum(b, seed);
+        }
+    })?;
+    Ok(true)
+}
+
+/// Adds `name` -> `child` to directory `ino` (which must not hold `name`). May grow the
+/// directory; the caller writes the directory inode afterwards.
+pub(crate) fn add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8) -> FsResult<()> {
+    check_name(name)?;
+    let raw = tx.raw_inode(ino)?;
+    if is_indexed(tx.fs, &raw) {
+        return htree_add(tx, ino, name, child, file_type);
+    }
+    let blocks = block_count(tx.fs, &raw);
+    for logical in 0..blocks {
+        let (phys, bytes) = read_block(tx.fs, ino, &raw, logical)?;
+        let entries = parse_leaf(tx.fs, ino, &raw, phys, &bytes)?;
+        if insert_into(tx, ino, phys, &entries, name, child, file_type)? {
+            return Ok(());
+        }
+    }
+    if tx.fs.dir_index && blocks == 1 {
+        make_indexed(tx, ino)?;
+        return htree_add(tx, ino, name, child, file_type);
+    }
+    let (_, phys) = append_block(tx, ino)?;
+    let with_tail = tail(tx.fs);
+    let seed = seed(tx.fs, ino, &raw);
+    tx.modify(phys, |b| {
+        dirent::init_empty_block(b, with_tail);
+        dirent::insert(b, with_tail, child, file_type, name)
+            .expect("an empty block holds any name");
+        if let Some(seed) = seed {
+            dirent::set_checksum(b, seed);
+        }
+    })
+}
+
+/// Sorts entries by hash; returns them with their hashes.
+fn by_hash(
+    tx: &Tx,
+    version: u8,
+    ino: u32,
+    entries: Vec<RawEntry>,
+) -> FsResult<Vec<(u32, u32, RawEntry)>> {
+    let mut hashed = Vec::with_capacity(entries.len());
+    for e in entries.into_iter().filter(|e| e.inode != 0) {
+        let (major, minor) = name_hash(tx.fs, version, &e.name, ino)?;
+        hashed.push((major, minor, e));
+    }
+    hashed.sort_by_key(|(major, minor, _)| (*major, *minor));
+    Ok(hashed)
+}
+
+/// Splits hash-sorted entries in two; returns (kept, moved, index hash of the moved part).
+fn split_by_hash(mut hashed: Vec<(u32, u32, RawEntry)>) -> (Vec<RawEntry>, Vec<RawEntry>, u32) {
+    let half = hashed.len() / 2;
+    let moved = hashed.split_off(half);
+    let mut split_hash = moved[0].0;
+    if hashed
+        .last()
+        .is_some_and(|(major, _, _)| *major == split_hash)
+    {
+        split_hash |= 1;
+    }
+    let strip = |v: Vec<(u32, u32, RawEntry)>| v.into_iter().map(|(_, _, e)| e).collect();
+    (strip(hashed), strip(moved), split_hash)
+}
+
+/// Turns a full one-block linear directory into an indexed one with two leaves.
+fn make_indexed(tx: &mut Tx, ino: u32) -> FsResult<()> {
+    let raw = tx.raw_inode(ino)?;
+    let (phys0, bytes) = read_block(tx.fs, ino, &raw, 0)?;
+    let mut entries = parse_leaf(tx.fs, ino, &raw, phys0, &bytes)?;
+    if entries.len() < 2 || entries[0].name != b"." || entries[1].name != b".." {
+        return Err(FsError::Inconsistent(format!(
+            "directory {ino}: block 0 does not start with \".\" and \"..\""
+        )));
+    }
+    let rest = entries.split_off(2);
+    let info = DxRootInfo {
+        dot_inode: entries[0].inode,
+        dotdot_inode: entries[1].inode,
+        hash_version: tx.fs.default_hash_version,
+        indirect_levels: 0,
+    };
+    let (kept, moved, split_hash) = split_by_hash(by_hash(tx, info.hash_version, ino, rest)?);
+    let (left, left_phys) = append_block(tx, ino)?;
+    let (right, right_phys) = append_block(tx, ino)?;
+    write_leaf(tx, ino, left_phys, &kept)?;
+    write_leaf(tx, ino, right_phys, &moved)?;
+    let root = vec![
+        DxEntry {
+            hash: 0,
+            block: left,
+        },
+        DxEntry {
+            hash: split_hash,
+            block: right,
+        },
+    ];
+    write_root(tx, ino, phys0, &info, &root)?;
+    let info = tx.inode(ino)?;
+    info.raw.set_flags(info.raw.flags() | flags::INDEX);
+    Ok(())
+}
+
+fn write_root(
+    tx: &mut Tx,
+    ino: u32,
+    phys: u64,
+    info: &DxRootInfo,
+    entries: &[DxEntry],
+) -> FsResult<()> {
+    let with_tail = tail(tx.fs);
+    let raw = tx.raw_inode(ino)?;
+    let seed = seed(tx.fs, ino, &raw);
+    tx.modify(phys, |b| {
+        htree::encode_root(b, info, entries, with_tail);
+        if let Some(seed) = seed {
+            htree::set_checksum(b, ROOT_COUNT_OFFSET, seed);
+        }
+    })
+}
+
+fn write_node(tx: &mut Tx, ino: u32, logical: u32, entries: &[DxEntry]) -> FsResult<()> {
+    let with_tail = tail(tx.fs);
+    let raw = tx.raw_inode(ino)?;
+    let seed = seed(tx.fs, ino, &raw);
+    let (phys, _) = read_block(tx.fs, ino, &raw, logical)?;
+    tx.modify(phys, |b| {
+        htree::encode_node(b, entries, with_tail);
+        if let Some(seed) = seed {
+            htree::set_checksum(b, NODE_COUNT_OFFSET, seed);
+        }
+    })
+}
+
+fn htree_add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8) -> FsResult<()> {
+    let raw = tx.raw_inode(ino)?;
+    let (info, _) = read_root(tx.fs, ino, &raw)?;
+    let (major, _) = name_hash(tx.fs, info.hash_version, name, ino)?;
+    let mut path = dx_find(tx.fs, ino, &raw, major)?;
+    let leaf = path.leaf();
+    let (phys, bytes) = read_block(tx.fs, ino, &raw, leaf)?;
+    let entries = parse_leaf(tx.fs, ino, &raw, phys, &bytes)?;
+    if insert_into(tx, ino, phys, &entries, name, child, file_type)? {
+        return Ok(());
+    }
+    check_index_room(tx, &path)?;
+    let (kept, moved, split_hash) = split_by_hash(by_hash(tx, info.hash_version, ino, entries)?);
+    let (new_leaf, new_phys) = append_block(tx, ino)?;
+    write_leaf(tx, ino, phys, &kept)?;
+    write_leaf(tx, ino, new_phys, &moved)?;
+    dx_insert(
+        tx,
+        ino,
+        &mut path,
+        DxEntry {
+            hash: split_hash,
+            block: new_leaf,
+        },
+    )?;
+    let (target_phys, target_entries) = if major >= split_hash {
+        (new_phys, moved)
+    } else {
+        (phys, kept)
+    };
+    let reparsed: Vec<RawEntry> = {
+        let raw = tx.raw_inode(ino)?;
+        let bytes = tx.buffer(target_phys)?.bytes();
+        let parsed = parse_leaf(tx.fs, ino, &raw, target_phys, &bytes)?;
+        debug_assert_eq!(
+            parsed.iter().filter(|e| e.inode != 0).count(),
+            target_entries.len()
+        );
+        parsed
+    };
+    if insert_into(tx, ino, target_phys, &reparsed, name, child, file_type)? {
+        return Ok(());
+    }
+    Err(FsError::Inconsistent(format!(
+        "directory {ino}: no room for a name after a leaf split"
+    )))
+}
+
+/// Fails (before anything changes) if a leaf split could not be indexed.
+fn check_index_room(tx: &Tx, path: &DxPath) -> FsResult<()> {
+    let bs = tx.fs.geo.block_size as usize;
+    let root_limit = htree::limit(bs, ROOT_COUNT_OFFSET, tail(tx.fs));
+    let node_limit = htree::limit(bs, NODE_COUNT_OFFSET, tail(tx.fs));
+    let node_full = path
+        .node
+        .as_ref()
+        .is_some_and(|(_, e, _)| e.len() >= node_limit);
+    let root_full = path.root.len() >= root_limit;
+    if (path.node.is_none() || node_full) && root_full && path.info.indirect_levels >= 1 {
+        return Err(FsError::NoSpace(
+            "directory index is full (large_dir is not supported)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Adds an index entry after the path's current slot, growing or splitting as needed.
+fn dx_insert(tx: &mut Tx, ino: u32, path: &mut DxPath, entry: DxEntry) -> FsResult<()> {
+    let bs = tx.fs.geo.block_size as usize;
+    let root_limit = htree::limit(bs, ROOT_COUNT_OFFSET, tail(tx.fs));
+    let node_limit = htree::limit(bs, NODE_COUNT_OFFSET, tail(tx.fs));
+    let raw = tx.raw_inode(ino)?;
+    let (root_phys, _) = read_block(tx.fs, ino, &raw, 0)?;
+    match &mut path.node {
+        None => {
+            path.root.insert(path.root_slot + 1, entry);
+            if path.root.len() <= root_limit {
+                return write_root(tx, ino, root_phys, &path.info, &path.root);
+            }
+            // Grow: the root's entries move into a node; the root indexes that node.
+            let (node_logical, _) = append_block(tx, ino)?;
+            write_node(tx, ino, node_logical, &path.root)?;
+            path.info.indirect_levels = 1;
+            path.root = vec![DxEntry {
+                hash: 0,
+                block: node_logical,
+            }];
+            write_root(tx, ino, root_phys, &path.info, &path.root)
+        }
+        Some((node_logical, entries, slot)) => {
+            entries.insert(*slot + 1, entry);
+            if entries.len() <= node_limit {
+                return write_node(tx, ino, *node_logical, entries);
+            }
+            let moved = entries.split_off(entries.len() / 2);
+            let node_logical = *node_logical;
+            let kept = std::mem::take(entries);
+            let (new_node, _) = append_block(tx, ino)?;
+            write_node(tx, ino, node_logical, &kept)?;
+            write_node(tx, ino, new_node, &moved)?;
+            path.root.insert(
+                path.root_slot + 1,
+                DxEntry {
+                    hash: moved[0].hash,
+                    block: new_node,
+                },
+            );
+            debug_assert!(path.root.len() <= root_limit, "check_index_room ran first");
+            write_root(tx, ino, root_phys, &path.info, &path.root)
+        }
+    }
+}
+
+/// Removes `name` from directory `ino`; returns what it named.
+pub(crate) fn remove(tx: &mut Tx, ino: u32, name: &[u8]) -> FsResult<Found> {
+    let raw = tx.raw_inode(ino)?;
+    let found = lookup(tx.fs, ino, &raw, name)?
+        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+    let (phys, _) = read_block(tx.fs, ino, &raw, found.logical)?;
+    let with_tail = tail(tx.fs);
+    let seed = seed(tx.fs, ino, &raw);
+    tx.modify(phys, |b| {
+        dirent::remove(b, with_tail, found.offset);
+        if let Some(seed) = seed {
+            dirent::set_checksum(b, seed);
+        }
+    })?;
+    Ok(found)
+}
+
+/// Points the existing entry `name` of directory `ino` at `child` (rename over a target).
+pub(crate) fn retarget(
+    tx: &mut Tx,
+    ino: u32,
+    name: &[u8],
+    child: u32,
+    file_type: u8,
+) -> FsResult<()> {
+    let raw = tx.raw_inode(ino)?;
+    let found = lookup(tx.fs, ino, &raw, name)?
+        .ok_or_else(|| FsError::NotFound(String::from_utf8_lossy(name).into_owned()))?;
+    let (phys, _) = read_block(tx.fs, ino, &raw, found.logical)?;
+    let seed = seed(tx.fs, ino, &raw);
+    tx.modify(phys, |b| {
+        b[found.offset..found.offset + 4].copy_from_slice(&child.to_le_bytes());
+        b[found.offset + 7] = file_type;
+        if let Some(seed) = seed {
+            dirent::set_checksum(b, seed);
+        }
+    })
+}

@@ -1,0 +1,178 @@
+//! Inode records: where they live, loading them into the inode cache, making new ones, and
+//! what `stat` shows of them.
+//!
+//! A record is checked (checksum, extra size) every time it is read from its table block;
+//! the cache then holds the decoded copy, which [`crate::tx::Tx::write_inode`] journals.
+
+use crate::error::{FsError, FsResult};
+use crate::extent_tree;
+use crate::format::inode::{flags, Inode, InodeTime, GOOD_OLD_INODE_SIZE};
+use crate::groups::read_desc;
+use crate::state::{FsInner, FsState, InodeInfo};
+use crate::types::{FileKind, Stat, Timestamp};
+
+/// Extra inode bytes jext gives new inodes (ext4's `s_want_extra_isize` default).
+const WANT_EXTRA_ISIZE: u16 = 32;
+
+/// Inodes kept in memory before unused ones are dropped.
+const INODE_CACHE_LIMIT: usize = 65_536;
+
+/// The table block holding inode `ino` and the record's byte offset in it.
+pub(crate) fn table_location(fs: &FsInner, _st: &FsState, ino: u32) -> FsResult<(u64, usize)> {
+    if ino == 0 || ino > fs.geo.inodes_count {
+        return Err(FsError::Inconsistent(format!(
+            "inode number {ino} is out of range (1..={})",
+            fs.geo.inodes_count
+        )));
+    }
+    let (group, index) = fs.geo.inode_position(ino);
+    let desc = read_desc(fs, group)?;
+    let byte = u64::from(index) * u64::from(fs.geo.inode_size);
+    let block = desc.inode_table + byte / u64::from(fs.geo.block_size);
+    Ok((block, (byte % u64::from(fs.geo.block_size)) as usize))
+}
+
+/// Reads and checks the record of `ino` from disk (through the buffer cache).
+pub(crate) fn read_record(fs: &FsInner, st: &FsState, ino: u32) -> FsResult<Inode> {
+    let (block, offset) = table_location(fs, st, ino)?;
+    let size = fs.geo.inode_size as usize;
+    let buf = fs.cache.get(block)?;
+    let inode = buf.read(|b| Inode::decode(&b[offset..offset + size], ino, fs.csum_seed))?;
+    Ok(inode)
+}
+
+/// Makes sure `ino` is in the inode cache.
+pub(crate) fn load(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
+    if st.inodes.contains_key(&ino) {
+        return Ok(());
+    }
+    let raw = read_record(fs, st, ino)?;
+    if raw.links_count() == 0 && raw.mode() == 0 {
+        return Err(FsError::Inconsistent(format!("inode {ino} is not in use")));
+    }
+    if st.inodes.len() >= INODE_CACHE_LIMIT {
+        evict_unused(st);
+    }
+    st.inodes.insert(ino, InodeInfo::new(raw));
+    Ok(())
+}
+
+/// Drops cached inodes nobody uses and nothing waits to write.
+fn evict_unused(st: &mut FsState) {
+    let pages = &st.pages;
+    st.inodes.retain(|ino, info| {
+        info.open_count > 0
+            || info.dirty
+            || !info.reserved_pages.is_empty()
+            || pages.has_dirty(*ino)
+    });
+}
+
+/// A new record: the given type and permissions, owner, times set to `now`, one link
+/// (two for directories), and an empty extent tree for files, directories and long
+/// symlinks.
+pub(crate) fn new_record(
+    fs: &FsInner,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    generation: u32,
+    now: Timestamp,
+) -> Inode {
+    let extra = WANT_EXTRA_ISIZE.min((fs.geo.inode_size as usize - GOOD_OLD_INODE_SIZE) as u16);
+    let mut raw = Inode::new(fs.geo.inode_size as usize, extra);
+    raw.set_mode(mode as u16);
+    raw.set_uid(uid);
+    raw.set_gid(gid);
+    raw.set_generation(generation);
+    let t = InodeTime {
+        seconds: now.seconds,
+        nanoseconds: now.nanoseconds,
+    };
+    raw.set_atime(t);
+    raw.set_ctime(t);
+    raw.set_mtime(t);
+    raw.set_crtime(t);
+    let kind = FileKind::from_mode(mode);
+    let links = if kind == Some(FileKind::Directory) {
+        2
+    } else {
+        1
+    };
+    raw.set_links_count(links);
+    if matches!(kind, Some(FileKind::Regular | FileKind::Directory)) {
+        raw.set_flags(flags::EXTENTS);
+        extent_tree::init_root(raw.i_block_mut());
+    }
+    raw
+}
+
+pub(crate) fn time(t: InodeTime) -> Timestamp {
+    Timestamp {
+        seconds: t.seconds,
+        nanoseconds: t.nanoseconds,
+    }
+}
+
+pub(crate) fn inode_time(t: Timestamp) -> InodeTime {
+    InodeTime {
+        seconds: t.seconds,
+        nanoseconds: t.nanoseconds,
+    }
+}
+
+/// What `stat` shows of a cached inode.
+pub(crate) fn stat(fs: &FsInner, ino: u32, info: &InodeInfo) -> FsResult<Stat> {
+    let raw = &info.raw;
+    let kind = FileKind::from_mode(info.mode()).ok_or_else(|| {
+        FsError::Inconsistent(format!(
+            "inode {ino} has an unknown file type (mode {:o})",
+            info.mode()
+        ))
+    })?;
+    let rdev = if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) {
+        device_number(raw)
+    } else {
+        0
+    };
+    // Reserved delayed-allocation blocks count as used, as in ext4.
+    let reserved_512 = info.reserved_pages.len() as u64 * u64::from(fs.geo.block_size / 512);
+    Ok(Stat {
+        ino,
+        kind,
+        perm: (info.mode() & 0o7777) as u16,
+        nlink: u32::from(raw.links_count()),
+        uid: raw.uid(),
+        gid: raw.gid(),
+        size: info.size,
+        blocks_512: raw.blocks_512(fs.geo.block_size) + reserved_512,
+        atime: time(raw.atime()),
+        mtime: time(raw.mtime()),
+        ctime: time(raw.ctime()),
+        crtime: time(raw.crtime()),
+        rdev,
+        flags: raw.flags() & flags::USER_VISIBLE,
+        generation: raw.generation(),
+        block_size: fs.geo.block_size,
+    })
+}
+
+/// Device numbers live in `i_block`: the old 16-bit form in word 0, or the new form in
+/// word 1 (as ext4's `new_encode_dev`).
+pub(crate) fn device_number(raw: &Inode) -> u32 {
+    let b = raw.i_block();
+    let old = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
+    if old != 0 {
+        return old;
+    }
+    u32::from_le_bytes(b[4..8].try_into().expect("4 bytes"))
+}
+
+/// Stores a device number (in the kernel's `new_encode_dev` form, which is also the old
+/// form for major and minor below 256): small ones in word 0, others in word 1.
+pub(crate) fn set_device_number(raw: &mut Inode, rdev: u32) {
+    let b = raw.i_block_mut();
+    b.fill(0);
+    let word = if rdev >> 16 == 0 { 0 } else { 4 };
+    b[word..word + 4].copy_from_slice(&rdev.to_le_bytes());
+}

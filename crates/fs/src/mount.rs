@@ -1,0 +1,384 @@
+//! Mounting and unmounting.
+//!
+//! Mount: read and check the superblock (unknown incompat features refuse the mount by
+//! name), find the journal inode's blocks, recover the journal, mark the file system
+//! in use (`needs_recovery`), load the journal, then finish every orphan. Unmount: write
+//! back everything, commit, checkpoint, empty the journal, and write a superblock that
+//! says clean, with exact free counts.
+
+use crate::alloc::AllocState;
+use crate::error::{FsError, FsResult};
+use crate::extent_tree;
+use crate::format::extent::Extent;
+use crate::format::group_desc::{GroupCsum, GroupDesc};
+use crate::format::inode::{flags, Inode};
+use crate::format::superblock::{
+    features, Superblock, FLAG_UNSIGNED_HASH, STATE_CLEAN, STATE_ORPHANS,
+};
+use crate::format::Location;
+use crate::geometry::Geometry;
+use crate::meta::MetaRead;
+use crate::options::MountOptions;
+use crate::state::{FsInner, FsState};
+use jext_cache::{BufferCache, PageCache};
+use jext_io::{IoFlags, IoQueue};
+use jext_journal::{
+    recover, AreaRun, Journal, JournalArea, JournalConfig, LogFeatures, RecoveryReport,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The journal inode's number when the superblock does not say otherwise.
+const JOURNAL_INO: u32 = 8;
+
+/// Reads the primary superblock straight from the device.
+pub(crate) fn read_superblock(io: &IoQueue) -> FsResult<Superblock> {
+    let mut bytes = vec![0u8; 1024];
+    io.read(1024, &mut bytes)?;
+    Ok(Superblock::decode(
+        &bytes,
+        Location::Superblock { group: 0 },
+    )?)
+}
+
+/// Writes the primary superblock straight to the device, durably.
+pub(crate) fn write_superblock(io: &IoQueue, sb: &Superblock) -> FsResult<()> {
+    io.write(
+        1024,
+        Arc::from(sb.encode().to_vec()),
+        IoFlags::PREFLUSH | IoFlags::FUA,
+    )?;
+    Ok(())
+}
+
+/// Refuses what jext cannot handle, naming it.
+pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> FsResult<()> {
+    let incompat = sb.unsupported_incompat();
+    if incompat != 0 {
+        return Err(FsError::Unsupported(format!(
+            "unsupported incompat feature(s) {}; jext cannot mount this file system",
+            features::describe(incompat, features::INCOMPAT_NAMES)
+        )));
+    }
+    let ro_compat = sb.unsupported_ro_compat();
+    if ro_compat != 0 && !read_only {
+        return Err(FsError::Unsupported(format!(
+            "unsupported ro_compat feature(s) {}; mount read-only (-o ro)",
+            features::describe(ro_compat, features::RO_COMPAT_NAMES)
+        )));
+    }
+    if !sb.has_compat(features::COMPAT_HAS_JOURNAL) {
+        return Err(FsError::Unsupported(
+            "file systems without a journal (jext journals every change)".into(),
+        ));
+    }
+    if sb.journal_dev() != 0 {
+        return Err(FsError::Unsupported("an external journal device".into()));
+    }
+    Ok(())
+}
+
+pub(crate) fn geometry(sb: &Superblock) -> Geometry {
+    Geometry {
+        block_size: sb.block_size(),
+        blocks_count: sb.blocks_count(),
+        first_data_block: u64::from(sb.first_data_block()),
+        blocks_per_group: sb.blocks_per_group(),
+        inodes_per_group: sb.inodes_per_group(),
+        inodes_count: sb.inodes_count(),
+        inode_size: u32::from(sb.inode_size()),
+        first_ino: sb.first_ino(),
+        group_count: sb.group_count(),
+        desc_size: sb.desc_size(),
+        reserved_gdt_blocks: u32::from(sb.reserved_gdt_blocks()),
+        sparse_super: sb.has_ro_compat(features::RO_COMPAT_SPARSE_SUPER),
+        flex_group_size: 1 << sb.log_groups_per_flex(),
+    }
+}
+
+pub(crate) fn group_csum(sb: &Superblock) -> GroupCsum {
+    if sb.has_metadata_csum() {
+        GroupCsum::Crc32c {
+            fs_seed: sb.csum_seed(),
+        }
+    } else if sb.has_ro_compat(features::RO_COMPAT_GDT_CSUM) {
+        GroupCsum::Crc16 { uuid: sb.uuid() }
+    } else {
+        GroupCsum::None
+    }
+}
+
+/// Block reads straight from the device, for the little mount needs before the caches.
+struct DeviceReader<'a> {
+    io: &'a IoQueue,
+    block_size: usize,
+}
+
+impl MetaRead for DeviceReader<'_> {
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    fn read_block(&mut self, block: u64) -> FsResult<Arc<[u8]>> {
+        let mut bytes = vec![0u8; self.block_size];
+        self.io.read(block * self.block_size as u64, &mut bytes)?;
+        Ok(Arc::from(bytes))
+    }
+}
+
+/// Reads inode `ino` without caches.
+pub(crate) fn read_inode_direct(io: &IoQueue, sb: &Superblock, ino: u32) -> FsResult<Inode> {
+    let geo = geometry(sb);
+    let (group, index) = geo.inode_position(ino);
+    let (desc_block, offset) = geo.desc_location(group);
+    let mut reader = DeviceReader {
+        io,
+        block_size: geo.block_size as usize,
+    };
+    let gdt = reader.read_block(desc_block)?;
+    let desc = GroupDesc::decode(
+        &gdt[offset..offset + geo.desc_size as usize],
+        group,
+        group_csum(sb),
+    )?;
+    let byte = u64::from(index) * u64::from(geo.inode_size);
+    let block = reader.read_block(desc.inode_table + byte / u64::from(geo.block_size))?;
+    let at = (byte % u64::from(geo.block_size)) as usize;
+    let csum = sb.has_metadata_csum().then(|| sb.csum_seed());
+    Ok(Inode::decode(
+        &block[at..at + geo.inode_size as usize],
+        ino,
+        csum,
+    )?)
+}
+
+/// The journal inode's blocks as a journal area.
+pub(crate) fn journal_area(io: &IoQueue, sb: &Superblock) -> FsResult<JournalArea> {
+    let ino = match sb.journal_inum() {
+        0 => JOURNAL_INO,
+        n => n,
+    };
+    let inode = read_inode_direct(io, sb, ino)?;
+    if inode.flags() & flags::EXTENTS == 0 {
+        return Err(FsError::Unsupported(format!(
+            "journal inode {ino} without extents"
+        )));
+    }
+    let geo = geometry(sb);
+    let owner = extent_tree::TreeOwner {
+        ino,
+        inode_seed: sb
+            .has_metadata_csum()
+            .then(|| crate::format::csum::inode_seed(sb.csum_seed(), ino, inode.generation())),
+        goal: 0,
+    };
+    let mut reader = DeviceReader {
+        io,
+        block_size: geo.block_size as usize,
+    };
+    let (extents, _) = extent_tree::walk(&mut reader, inode.i_block(), &owner)?;
+    let runs: Vec<AreaRun> = extents
+        .iter()
+        .filter(|e: &&Extent| !e.unwritten)
+        .map(|e| AreaRun {
+            logical: e.logical,
+            physical: e.start,
+            len: e.len,
+        })
+        .collect();
+    JournalArea::new(geo.block_size, runs)
+        .map_err(|why| FsError::Inconsistent(format!("journal inode {ino}: {why}")))
+}
+
+/// Everything `open` produced, for the caller to report.
+pub struct MountReport {
+    pub recovery: RecoveryReport,
+    /// Orphan inodes finished at mount.
+    pub orphans_finished: usize,
+}
+
+/// Mounts the file system on `io`.
+pub(crate) fn mount(
+    io: Arc<IoQueue>,
+    options: MountOptions,
+) -> FsResult<(Arc<FsInner>, MountReport)> {
+    let sb = read_superblock(&io)?;
+    check_features(&sb, options.read_only)?;
+    let geo = geometry(&sb);
+    let device_bytes = io.device().size_bytes();
+    if geo.blocks_count * u64::from(geo.block_size) > device_bytes {
+        return Err(FsError::Inconsistent(format!(
+            "the superblock says {} blocks of {} bytes, but the device has only {device_bytes} bytes",
+            geo.blocks_count, geo.block_size
+        )));
+    }
+    let area = journal_area(&io, &sb)?;
+    let recovery = recover(&io, std::slice::from_ref(&area))?;
+    // Replay may have rewritten the superblock.
+    let mut sb = read_superblock(&io)?;
+    if !options.read_only {
+        sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
+        sb.set_state(sb.state() & !STATE_CLEAN);
+        sb.set_mnt_count(sb.mnt_count().wrapping_add(1));
+        sb.set_mtime(now_seconds());
+        write_superblock(&io, &sb)?;
+    }
+    let journal_config = JournalConfig {
+        commit_interval_ms: options.commit_interval_ms,
+        barrier: options.barrier,
+        features: if options.read_only {
+            LogFeatures::default()
+        } else {
+            LogFeatures {
+                csum_v3: sb.has_metadata_csum(),
+                wide_blocks: sb.has_incompat(features::INCOMPAT_64BIT),
+            }
+        },
+        ..JournalConfig::default()
+    };
+    let journal = Arc::new(Journal::load(io.clone(), area, journal_config)?);
+    let cache = BufferCache::new(
+        io.clone(),
+        geo.block_size as usize,
+        options.cache_size_bytes / 4,
+    );
+    cache.attach_journal(journal.clone());
+    let pages = PageCache::new(
+        geo.block_size as usize,
+        options.cache_size_bytes - options.cache_size_bytes / 4,
+    );
+    let generation = now_seconds();
+    let inner = Arc::new(FsInner {
+        csum_seed: sb.has_metadata_csum().then(|| sb.csum_seed()),
+        group_csum: group_csum(&sb),
+        default_hash_version: sb.def_hash_version(),
+        hash_unsigned: sb.flags() & FLAG_UNSIGNED_HASH != 0,
+        hash_seed: sb.hash_seed(),
+        dir_index: sb.has_compat(features::COMPAT_DIR_INDEX),
+        filetype: sb.has_incompat(features::INCOMPAT_FILETYPE),
+        geo,
+        io,
+        cache,
+        journal,
+        options,
+        state: Mutex::new(FsState {
+            sb,
+            alloc: AllocState::empty(),
+            inodes: HashMap::new(),
+            pages,
+            orphans: Vec::new(),
+            error: None,
+            next_generation: generation,
+        }),
+    });
+    let orphans_finished = {
+        let mut st = inner.state.lock();
+        st.alloc = AllocState::load(&inner)?;
+        st.orphans = read_orphan_list(&inner, &mut st)?;
+        if inner.options.read_only {
+            0
+        } else {
+            finish_orphans(&inner, &mut st)?
+        }
+    };
+    Ok((
+        inner,
+        MountReport {
+            recovery,
+            orphans_finished,
+        },
+    ))
+}
+
+fn now_seconds() -> u32 {
+    crate::types::Timestamp::now()
+        .seconds
+        .clamp(0, i64::from(u32::MAX)) as u32
+}
+
+/// The on-disk orphan list, head first.
+fn read_orphan_list(fs: &FsInner, st: &mut FsState) -> FsResult<Vec<u32>> {
+    let mut list = Vec::new();
+    let mut next = st.sb.last_orphan();
+    while next != 0 {
+        if list.contains(&next) || list.len() as u32 > fs.geo.inodes_count {
+            return Err(FsError::Inconsistent(format!(
+                "the orphan list loops at inode {next}"
+            )));
+        }
+        if next > fs.geo.inodes_count {
+            return Err(FsError::Inconsistent(format!(
+                "the orphan list names inode {next}, which does not exist"
+            )));
+        }
+        list.push(next);
+        let raw = crate::inodes::read_record(fs, st, next)?;
+        next = raw.dtime();
+    }
+    Ok(list)
+}
+
+/// Deletes orphans without links and truncates the others to their size.
+fn finish_orphans(fs: &FsInner, st: &mut FsState) -> FsResult<usize> {
+    let orphans = st.orphans.clone();
+    for &ino in &orphans {
+        crate::inodes::load(fs, st, ino)?;
+        if st.inodes[&ino].raw.links_count() == 0 {
+            crate::truncate::delete_inode(fs, st, ino)?;
+        } else {
+            let size = st.inodes[&ino].raw.size();
+            crate::truncate::shrink(fs, st, ino, size)?;
+            let mut tx = crate::tx::Tx::begin(fs, st, 8)?;
+            let r = crate::orphan::remove(&mut tx, ino).and_then(|_| tx.write_inode(ino));
+            tx.end(r)?;
+        }
+    }
+    if !orphans.is_empty() {
+        st.sb.set_state(st.sb.state() & !STATE_ORPHANS);
+    }
+    Ok(orphans.len())
+}
+
+/// Writes everything back, empties the journal, and marks the file system clean.
+pub(crate) fn unmount(fs: &FsInner) -> FsResult<()> {
+    let mut st = fs.state.lock();
+    if fs.options.read_only {
+        drop(st);
+        return Ok(fs.journal.shutdown()?);
+    }
+    if st.error.is_none() {
+        let dirty: Vec<u32> = st
+            .inodes
+            .iter()
+            .filter(|(_, i)| i.dirty)
+            .map(|(ino, _)| *ino)
+            .collect();
+        let with_pages: Vec<u32> = st
+            .pages
+            .dirty_files()
+            .into_iter()
+            .map(|(ino, _)| ino)
+            .collect();
+        for ino in with_pages.into_iter().chain(dirty) {
+            crate::file::writeback(fs, &mut st, ino, true)?;
+        }
+    }
+    let error = st.error.clone();
+    drop(st);
+    fs.journal.shutdown()?;
+    if let Some(why) = error {
+        return Err(FsError::ReadOnly(format!(
+            "unmounted after an error; the journal keeps what committed ({why})"
+        )));
+    }
+    let mut st = fs.state.lock();
+    let (free_blocks, free_inodes) = (st.alloc.free_blocks, st.alloc.free_inodes);
+    let sb = &mut st.sb;
+    sb.set_free_blocks_count(free_blocks);
+    sb.set_free_inodes_count(free_inodes as u32);
+    sb.set_feature_incompat(sb.feature_incompat() & !features::INCOMPAT_RECOVER);
+    sb.set_state(sb.state() | STATE_CLEAN);
+    sb.set_wtime(now_seconds());
+    write_superblock(&fs.io, sb)
+}

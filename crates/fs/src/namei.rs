@@ -1,0 +1,585 @@
+//! Namespace operations: looking names up, creating, linking, unlinking and renaming.
+//!
+//! Each operation checks everything that can fail for the caller's reasons (missing name,
+//! existing target, non-empty directory, no space) before it opens a transaction, then
+//! makes all its changes in that one transaction: a crash shows the namespace before or
+//! after, never between. Link counts follow ext4's `dir_nlink` rule: a directory with too
+//! many subdirectories for its 16-bit count gets a count of 1, meaning "many".
+
+use crate::dir;
+use crate::error::{FsError, FsResult};
+use crate::format::inode::{flags, Inode};
+use crate::inodes::{inode_time, new_record, set_device_number};
+use crate::state::{FsInner, FsState, InodeInfo};
+use crate::truncate::delete_inode;
+use crate::tx::Tx;
+use crate::types::{FileKind, RenameFlags, Timestamp, ROOT_INO};
+use crate::{alloc, blockmap, orphan};
+
+/// ext4's largest link count (`EXT4_LINK_MAX`).
+pub(crate) const LINK_MAX: u16 = 65000;
+const S_ISGID: u32 = 0o2000;
+
+/// Credits for one namespace change: inode tables, bitmaps, descriptors, directory
+/// blocks and their index and extent blocks on both sides, the superblock (orphans).
+const NAMESPACE_CREDITS: u32 = 64;
+
+/// What a new inode is.
+pub(crate) struct NewNode<'a> {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub symlink_target: Option<&'a [u8]>,
+}
+
+fn name_str(name: &[u8]) -> String {
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// Loads `ino` and checks it is a directory.
+fn load_dir(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Inode> {
+    crate::inodes::load(fs, st, ino)?;
+    let info = &st.inodes[&ino];
+    if !info.is_dir() {
+        return Err(FsError::NotDir(format!("inode {ino}")));
+    }
+    Ok(info.raw.clone())
+}
+
+/// The inode `name` names in directory `parent`.
+pub(crate) fn lookup(fs: &FsInner, st: &mut FsState, parent: u32, name: &[u8]) -> FsResult<u32> {
+    let raw = load_dir(fs, st, parent)?;
+    match name {
+        b"." => Ok(parent),
+        b".." => dotdot(fs, parent, &raw),
+        _ => dir::lookup(fs, parent, &raw, name)?
+            .map(|f| f.ino)
+            .ok_or_else(|| FsError::NotFound(name_str(name))),
+    }
+}
+
+/// The parent of directory `ino` (from its ".." entry; the root is its own parent).
+fn dotdot(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<u32> {
+    let listed = dir::list(fs, ino, raw, 0)?;
+    listed
+        .into_iter()
+        .find(|l| l.name == b"..")
+        .map(|l| l.ino)
+        .ok_or_else(|| FsError::Inconsistent(format!("directory {ino} has no \"..\" entry")))
+}
+
+/// Fails with ENOSPC unless `blocks` blocks (and an inode, with `inode`) can be
+/// allocated now; commits first when frees waiting for a commit would make the room.
+pub(crate) fn ensure_space(
+    fs: &FsInner,
+    st: &mut FsState,
+    blocks: u64,
+    inode: bool,
+) -> FsResult<()> {
+    if inode && st.alloc.free_inodes == 0 {
+        return Err(FsError::NoSpace("no free inode left".into()));
+    }
+    let usable = |st: &mut FsState| {
+        st.alloc
+            .free_blocks
+            .saturating_sub(st.alloc.pending_blocks(fs.journal.committed_tid()))
+    };
+    if usable(st) >= blocks {
+        return Ok(());
+    }
+    if st.alloc.free_blocks >= blocks {
+        // Space freed by transactions that have not committed: commit them. No handle
+        // is open here, so the commit can finish.
+        fs.journal.commit_all()?;
+        if usable(st) >= blocks {
+            return Ok(());
+        }
+    }
+    Err(FsError::NoSpace(format!(
+        "{blocks} blocks needed, {} free",
+        st.alloc.free_blocks
+    )))
+}
+
+fn now() -> Timestamp {
+    Timestamp::now()
+}
+
+fn touch_dir(tx: &mut Tx, ino: u32, t: Timestamp) -> FsResult<()> {
+    let info = tx.inode(ino)?;
+    info.raw.set_mtime(inode_time(t));
+    info.raw.set_ctime(inode_time(t));
+    Ok(())
+}
+
+/// Creates `name` in `parent`; returns the new inode number.
+pub(crate) fn create(
+    fs: &FsInner,
+    st: &mut FsState,
+    parent: u32,
+    name: &[u8],
+    node: NewNode,
+) -> FsResult<u32> {
+    dir::check_name(name)?;
+    let parent_raw = load_dir(fs, st, parent)?;
+    if dir::lookup(fs, parent, &parent_raw, name)?.is_some() {
+        return Err(FsError::Exists(name_str(name)));
+    }
+    let kind = FileKind::from_mode(node.mode)
+        .ok_or_else(|| FsError::Invalid(format!("mode {:o} names no file type", node.mode)))?;
+    let is_dir = kind == FileKind::Directory;
+    if let Some(target) = node.symlink_target {
+        if target.is_empty() || target.len() >= fs.geo.block_size as usize {
+            return Err(FsError::NameTooLong(format!(
+                "symlink target of {} bytes",
+                target.len()
+            )));
+        }
+    }
+    if is_dir && parent_raw.links_count() >= LINK_MAX && !dir_nlink(fs, st) {
+        return Err(FsError::TooManyLinks(format!("directory {parent}")));
+    }
+    ensure_space(fs, st, 16, true)?;
+    let mut mode = node.mode;
+    let mut gid = node.gid;
+    if u32::from(parent_raw.mode()) & S_ISGID != 0 {
+        gid = parent_raw.gid();
+        if is_dir {
+            mode |= S_ISGID;
+        }
+    }
+    let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
+    let r = create_in(&mut tx, parent, name, kind, NewNode { mode, gid, ..node });
+    tx.end(r)
+}
+
+fn dir_nlink(fs: &FsInner, st: &FsState) -> bool {
+    let _ = fs;
+    st.sb
+        .has_ro_compat(crate::format::superblock::features::RO_COMPAT_DIR_NLINK)
+}
+
+fn create_in(
+    tx: &mut Tx,
+    parent: u32,
+    name: &[u8],
+    kind: FileKind,
+    node: NewNode,
+) -> FsResult<u32> {
+    let is_dir = kind == FileKind::Directory;
+    let ino = alloc::alloc_inode(tx, parent, is_dir)?;
+    let generation = tx.st.next_generation;
+    tx.st.next_generation = generation.wrapping_add(1);
+    let t = now();
+    let raw = new_record(tx.fs, node.mode, node.uid, node.gid, generation, t);
+    tx.st.inodes.insert(ino, InodeInfo::new(raw));
+    match kind {
+        FileKind::Directory => {
+            dir::init(tx, ino, parent)?;
+            let dir_nlink = dir_nlink(tx.fs, tx.st);
+            let info = tx.inode(parent)?;
+            let links = info.raw.links_count();
+            // With dir_nlink, a count that would pass the limit becomes 1 ("many").
+            info.raw
+                .set_links_count(if links >= LINK_MAX && dir_nlink || links == 1 {
+                    1
+                } else {
+                    links + 1
+                });
+        }
+        FileKind::Symlink => write_symlink(tx, ino, node.symlink_target.unwrap_or_default())?,
+        FileKind::CharDevice | FileKind::BlockDevice => {
+            set_device_number(&mut tx.inode(ino)?.raw, node.rdev)
+        }
+        FileKind::Regular | FileKind::Fifo | FileKind::Socket => {}
+    }
+    tx.write_inode(ino)?;
+    let file_type = if tx.fs.filetype {
+        kind.dirent_type()
+    } else {
+        0
+    };
+    dir::add(tx, parent, name, ino, file_type)?;
+    touch_dir(tx, parent, t)?;
+    tx.write_inode(parent)?;
+    Ok(ino)
+}
+
+/// A symlink's target: in `i_block` when short ("fast"), else in one data block.
+fn write_symlink(tx: &mut Tx, ino: u32, target: &[u8]) -> FsResult<()> {
+    let len = target.len();
+    if len < 60 {
+        let info = tx.inode(ino)?;
+        info.raw.i_block_mut()[..len].copy_from_slice(target);
+        info.raw.set_size(len as u64);
+        info.size = len as u64;
+        return Ok(());
+    }
+    {
+        let info = tx.inode(ino)?;
+        info.raw.set_flags(info.raw.flags() | flags::EXTENTS);
+        crate::extent_tree::init_root(info.raw.i_block_mut());
+    }
+    let phys = blockmap::allocate(tx, ino, 0, 1, false)?[0].start;
+    tx.new_block(phys)?;
+    tx.modify(phys, |b| b[..len].copy_from_slice(target))?;
+    let info = tx.inode(ino)?;
+    info.raw.set_size(len as u64);
+    info.size = len as u64;
+    Ok(())
+}
+
+/// The target of symlink `ino`.
+pub(crate) fn readlink(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Vec<u8>> {
+    crate::inodes::load(fs, st, ino)?;
+    let info = &st.inodes[&ino];
+    if !info.is_symlink() {
+        return Err(FsError::Invalid(format!("inode {ino} is not a symlink")));
+    }
+    let len = info.raw.size() as usize;
+    if len > fs.geo.block_size as usize {
+        return Err(FsError::Inconsistent(format!(
+            "symlink {ino} claims {len} bytes"
+        )));
+    }
+    if info.raw.flags() & flags::EXTENTS == 0 {
+        if len >= 60 {
+            return Err(FsError::Inconsistent(format!(
+                "fast symlink {ino} claims {len} bytes"
+            )));
+        }
+        return Ok(info.raw.i_block()[..len].to_vec());
+    }
+    let raw = info.raw.clone();
+    let extent = blockmap::lookup(fs, ino, &raw, 0)?
+        .ok_or_else(|| FsError::Inconsistent(format!("symlink {ino} has no data block")))?;
+    Ok(fs.cache.get(extent.start)?.bytes()[..len].to_vec())
+}
+
+/// Adds `name` in `parent` for existing inode `ino`.
+pub(crate) fn link(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    parent: u32,
+    name: &[u8],
+) -> FsResult<()> {
+    dir::check_name(name)?;
+    let parent_raw = load_dir(fs, st, parent)?;
+    crate::inodes::load(fs, st, ino)?;
+    let info = &st.inodes[&ino];
+    if info.is_dir() {
+        return Err(FsError::NotPermitted(format!(
+            "hard link to directory {ino}"
+        )));
+    }
+    if info.raw.links_count() >= LINK_MAX {
+        return Err(FsError::TooManyLinks(format!("inode {ino}")));
+    }
+    if dir::lookup(fs, parent, &parent_raw, name)?.is_some() {
+        return Err(FsError::Exists(name_str(name)));
+    }
+    let kind = FileKind::from_mode(info.mode());
+    ensure_space(fs, st, 8, false)?;
+    let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
+    let r = (|| {
+        let file_type = match (tx.fs.filetype, kind) {
+            (true, Some(k)) => k.dirent_type(),
+            _ => 0,
+        };
+        dir::add(&mut tx, parent, name, ino, file_type)?;
+        let t = now();
+        let info = tx.inode(ino)?;
+        info.raw.set_links_count(info.raw.links_count() + 1);
+        info.raw.set_ctime(inode_time(t));
+        tx.write_inode(ino)?;
+        touch_dir(&mut tx, parent, t)?;
+        tx.write_inode(parent)
+    })();
+    tx.end(r)
+}
+
+/// Removes `name` from `parent` (`rmdir`: it must be an empty directory; otherwise it
+/// must not be a directory). An inode left without links is deleted now, or when its
+/// last opener closes it.
+pub(crate) fn unlink(
+    fs: &FsInner,
+    st: &mut FsState,
+    parent: u32,
+    name: &[u8],
+    rmdir: bool,
+) -> FsResult<()> {
+    match name {
+        b"." => return Err(FsError::Invalid("cannot remove \".\"".into())),
+        b".." => return Err(FsError::NotEmpty("..".into())),
+        _ => {}
+    }
+    let parent_raw = load_dir(fs, st, parent)?;
+    let found = dir::lookup(fs, parent, &parent_raw, name)?
+        .ok_or_else(|| FsError::NotFound(name_str(name)))?;
+    let target = found.ino;
+    crate::inodes::load(fs, st, target)?;
+    let target_raw = st.inodes[&target].raw.clone();
+    let is_dir = st.inodes[&target].is_dir();
+    if rmdir && !is_dir {
+        return Err(FsError::NotDir(name_str(name)));
+    }
+    if !rmdir && is_dir {
+        return Err(FsError::IsDir(name_str(name)));
+    }
+    if is_dir && !dir::is_empty(fs, target, &target_raw)? {
+        return Err(FsError::NotEmpty(name_str(name)));
+    }
+    let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
+    let r = (|| {
+        dir::remove(&mut tx, parent, name)?;
+        let t = now();
+        touch_dir(&mut tx, parent, t)?;
+        if is_dir {
+            drop_subdir_link(&mut tx, parent)?;
+        }
+        tx.write_inode(parent)?;
+        drop_link(&mut tx, target, is_dir, t)
+    })();
+    let orphaned = tx.end(r)?;
+    finish_if_unused(fs, st, target, orphaned)
+}
+
+/// One directory fewer under `parent`.
+fn drop_subdir_link(tx: &mut Tx, parent: u32) -> FsResult<()> {
+    let info = tx.inode(parent)?;
+    let links = info.raw.links_count();
+    // 1 means "many" (dir_nlink); it stays 1.
+    if links > 2 {
+        info.raw.set_links_count(links - 1);
+    }
+    Ok(())
+}
+
+/// Drops one name of `ino`; returns true if it has no names left (it is then an orphan).
+fn drop_link(tx: &mut Tx, ino: u32, is_dir: bool, t: Timestamp) -> FsResult<bool> {
+    let info = tx.inode(ino)?;
+    let links = if is_dir {
+        0
+    } else {
+        info.raw.links_count().saturating_sub(1)
+    };
+    info.raw.set_links_count(links);
+    info.raw.set_ctime(inode_time(t));
+    if links == 0 {
+        orphan::add(tx, ino)?;
+        Ok(true)
+    } else {
+        tx.write_inode(ino)?;
+        Ok(false)
+    }
+}
+
+/// Deletes an orphaned inode now unless someone still has it open.
+fn finish_if_unused(fs: &FsInner, st: &mut FsState, ino: u32, orphaned: bool) -> FsResult<()> {
+    if orphaned && st.inodes.get(&ino).is_some_and(|i| i.open_count == 0) {
+        delete_inode(fs, st, ino)?;
+    }
+    Ok(())
+}
+
+/// True if directory `ancestor` is `ino` or one of its ancestors.
+fn is_ancestor(fs: &FsInner, st: &mut FsState, ancestor: u32, mut ino: u32) -> FsResult<bool> {
+    for _ in 0..65_536 {
+        if ino == ancestor {
+            return Ok(true);
+        }
+        if ino == ROOT_INO {
+            return Ok(false);
+        }
+        let raw = load_dir(fs, st, ino)?;
+        ino = dotdot(fs, ino, &raw)?;
+    }
+    Err(FsError::Inconsistent(format!(
+        "directory {ino}: \"..\" chain does not reach the root"
+    )))
+}
+
+/// `renameat2`: moves `src_name` in `src_parent` to `dst_name` in `dst_parent`.
+pub(crate) fn rename(
+    fs: &FsInner,
+    st: &mut FsState,
+    src_parent: u32,
+    src_name: &[u8],
+    dst_parent: u32,
+    dst_name: &[u8],
+    flags: RenameFlags,
+) -> FsResult<()> {
+    if flags.exchange && flags.no_replace {
+        return Err(FsError::Invalid(
+            "RENAME_EXCHANGE and RENAME_NOREPLACE together".into(),
+        ));
+    }
+    for name in [src_name, dst_name] {
+        if name == b"." || name == b".." {
+            return Err(FsError::Invalid(format!(
+                "cannot rename {:?}",
+                name_str(name)
+            )));
+        }
+    }
+    dir::check_name(dst_name)?;
+    let sp_raw = load_dir(fs, st, src_parent)?;
+    let dp_raw = load_dir(fs, st, dst_parent)?;
+    let src = dir::lookup(fs, src_parent, &sp_raw, src_name)?
+        .ok_or_else(|| FsError::NotFound(name_str(src_name)))?;
+    let dst = dir::lookup(fs, dst_parent, &dp_raw, dst_name)?;
+    if flags.exchange && dst.is_none() {
+        return Err(FsError::NotFound(name_str(dst_name)));
+    }
+    if flags.no_replace && dst.is_some() {
+        return Err(FsError::Exists(name_str(dst_name)));
+    }
+    if dst.is_some_and(|d| d.ino == src.ino) {
+        return Ok(());
+    }
+    crate::inodes::load(fs, st, src.ino)?;
+    let src_is_dir = st.inodes[&src.ino].is_dir();
+    let dst_is_dir = match dst {
+        Some(d) => {
+            crate::inodes::load(fs, st, d.ino)?;
+            st.inodes[&d.ino].is_dir()
+        }
+        None => false,
+    };
+    if let (Some(d), false) = (dst, flags.exchange) {
+        match (src_is_dir, dst_is_dir) {
+            (true, false) => return Err(FsError::NotDir(name_str(dst_name))),
+            (false, true) => return Err(FsError::IsDir(name_str(dst_name))),
+            (true, true) => {
+                let raw = st.inodes[&d.ino].raw.clone();
+                if !dir::is_empty(fs, d.ino, &raw)? {
+                    return Err(FsError::NotEmpty(name_str(dst_name)));
+                }
+            }
+            (false, false) => {}
+        }
+    }
+    if src_parent != dst_parent {
+        if src_is_dir && is_ancestor(fs, st, src.ino, dst_parent)? {
+            return Err(FsError::Invalid(
+                "cannot move a directory into itself".into(),
+            ));
+        }
+        if flags.exchange
+            && dst_is_dir
+            && is_ancestor(fs, st, dst.expect("exchange has a target").ino, src_parent)?
+        {
+            return Err(FsError::Invalid(
+                "cannot move a directory into itself".into(),
+            ));
+        }
+        if src_is_dir && !flags.exchange && dp_raw.links_count() >= LINK_MAX && !dir_nlink(fs, st) {
+            return Err(FsError::TooManyLinks(format!("directory {dst_parent}")));
+        }
+    }
+    ensure_space(fs, st, 16, false)?;
+    let mut tx = Tx::begin(fs, st, 2 * NAMESPACE_CREDITS)?;
+    let moves = Moves {
+        src_parent,
+        src_name,
+        dst_parent,
+        dst_name,
+        src,
+        src_is_dir,
+        dst_is_dir,
+    };
+    let r = if flags.exchange {
+        exchange(&mut tx, &moves, dst.expect("exchange has a target")).map(|()| None)
+    } else {
+        move_over(&mut tx, &moves, dst)
+    };
+    let replaced = tx.end(r)?;
+    if let Some((ino, orphaned)) = replaced {
+        finish_if_unused(fs, st, ino, orphaned)?;
+    }
+    Ok(())
+}
+
+struct Moves<'a> {
+    src_parent: u32,
+    src_name: &'a [u8],
+    dst_parent: u32,
+    dst_name: &'a [u8],
+    src: dir::Found,
+    src_is_dir: bool,
+    dst_is_dir: bool,
+}
+
+/// A plain rename; returns the replaced inode and whether it lost its last name.
+fn move_over(tx: &mut Tx, m: &Moves, dst: Option<dir::Found>) -> FsResult<Option<(u32, bool)>> {
+    let t = now();
+    let mut replaced = None;
+    match dst {
+        Some(d) => {
+            dir::retarget(tx, m.dst_parent, m.dst_name, m.src.ino, m.src.file_type)?;
+            if m.dst_is_dir {
+                drop_subdir_link(tx, m.dst_parent)?;
+            }
+            replaced = Some((d.ino, drop_link(tx, d.ino, m.dst_is_dir, t)?));
+        }
+        None => dir::add(tx, m.dst_parent, m.dst_name, m.src.ino, m.src.file_type)?,
+    }
+    dir::remove(tx, m.src_parent, m.src_name)?;
+    if m.src_is_dir && m.src_parent != m.dst_parent {
+        dir::set_dotdot(tx, m.src.ino, m.dst_parent)?;
+        drop_subdir_link(tx, m.src_parent)?;
+        add_subdir_link(tx, m.dst_parent)?;
+    }
+    finish_times(tx, m, t)?;
+    Ok(replaced)
+}
+
+/// One directory more under `parent` (1 stays 1: "many").
+fn add_subdir_link(tx: &mut Tx, parent: u32) -> FsResult<()> {
+    let dir_nlink = dir_nlink(tx.fs, tx.st);
+    let info = tx.inode(parent)?;
+    let links = info.raw.links_count();
+    if links != 1 {
+        info.raw.set_links_count(if links >= LINK_MAX && dir_nlink {
+            1
+        } else {
+            links + 1
+        });
+    }
+    Ok(())
+}
+
+/// `RENAME_EXCHANGE`: the two names swap inodes.
+fn exchange(tx: &mut Tx, m: &Moves, dst: dir::Found) -> FsResult<()> {
+    let t = now();
+    dir::retarget(tx, m.src_parent, m.src_name, dst.ino, dst.file_type)?;
+    dir::retarget(tx, m.dst_parent, m.dst_name, m.src.ino, m.src.file_type)?;
+    if m.src_parent != m.dst_parent {
+        if m.src_is_dir {
+            dir::set_dotdot(tx, m.src.ino, m.dst_parent)?;
+            drop_subdir_link(tx, m.src_parent)?;
+            add_subdir_link(tx, m.dst_parent)?;
+        }
+        if m.dst_is_dir {
+            dir::set_dotdot(tx, dst.ino, m.src_parent)?;
+            drop_subdir_link(tx, m.dst_parent)?;
+            add_subdir_link(tx, m.src_parent)?;
+        }
+    }
+    tx.inode(dst.ino)?.raw.set_ctime(inode_time(t));
+    tx.write_inode(dst.ino)?;
+    finish_times(tx, m, t)
+}
+
+fn finish_times(tx: &mut Tx, m: &Moves, t: Timestamp) -> FsResult<()> {
+    touch_dir(tx, m.src_parent, t)?;
+    tx.write_inode(m.src_parent)?;
+    if m.dst_parent != m.src_parent {
+        touch_dir(tx, m.dst_parent, t)?;
+        tx.write_inode(m.dst_parent)?;
+    }
+    tx.inode(m.src.ino)?.raw.set_ctime(inode_time(t));
+    tx.write_inode(m.src.ino)
+}

@@ -1,0 +1,107 @@
+//! What a mounted file system holds: fixed facts ([`FsInner`]) and the state every
+//! operation changes under one lock ([`FsState`]).
+//!
+//! Lock order: the `state` mutex, then (inside the journal) the journal's own lock. No code
+//! waits for a commit while holding `state`, and the commit thread never takes it, so a
+//! commit can always finish.
+
+use crate::alloc::AllocState;
+use crate::format::group_desc::GroupCsum;
+use crate::format::inode::Inode;
+use crate::format::superblock::Superblock;
+use crate::geometry::Geometry;
+use crate::options::MountOptions;
+use jext_cache::{BufferCache, PageCache};
+use jext_io::IoQueue;
+use jext_journal::{Journal, Tid};
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Facts fixed at mount.
+pub(crate) struct FsInner {
+    pub geo: Geometry,
+    /// The metadata_csum seed, when the file system has checksums.
+    pub csum_seed: Option<u32>,
+    pub group_csum: GroupCsum,
+    pub io: Arc<IoQueue>,
+    pub cache: BufferCache,
+    pub journal: Arc<Journal>,
+    pub options: MountOptions,
+    /// The hash new indexed directories use (`s_def_hash_version`).
+    pub default_hash_version: u8,
+    /// Name bytes hash as unsigned chars (superblock flag).
+    pub hash_unsigned: bool,
+    pub hash_seed: [u32; 4],
+    pub dir_index: bool,
+    /// Directory entries carry the file type (`filetype` feature).
+    pub filetype: bool,
+    pub state: Mutex<FsState>,
+}
+
+/// Everything operations change.
+pub(crate) struct FsState {
+    pub sb: Superblock,
+    pub alloc: AllocState,
+    pub inodes: HashMap<u32, InodeInfo>,
+    pub pages: PageCache,
+    /// Inodes on the on-disk orphan list, head first.
+    pub orphans: Vec<u32>,
+    /// Set when an error made the file system read-only.
+    pub error: Option<String>,
+    /// The generation number for the next new inode.
+    pub next_generation: u32,
+}
+
+/// An inode in memory.
+pub(crate) struct InodeInfo {
+    /// The record as it should be on disk (times may be newer than what was journaled).
+    pub raw: Inode,
+    /// The file size including data still in the page cache (`raw.size()` is what the
+    /// disk may show: it only covers data that has been written).
+    pub size: u64,
+    /// `raw` has changes (timestamps from writes) not yet in any transaction.
+    pub dirty: bool,
+    pub open_count: u32,
+    /// The last transaction that changed this inode (fsync waits for it).
+    pub sync_tid: Option<Tid>,
+    /// The last transaction that changed what reading the data needs: size, block map
+    /// (fdatasync waits for it).
+    pub datasync_tid: Option<Tid>,
+    /// Page indices that have a delayed-allocation block reservation.
+    pub reserved_pages: BTreeSet<u64>,
+    /// Data was overwritten in place with no transaction after it: a sync needs a flush.
+    pub unflushed_data: bool,
+}
+
+impl InodeInfo {
+    pub fn new(raw: Inode) -> InodeInfo {
+        let size = raw.size();
+        InodeInfo {
+            raw,
+            size,
+            dirty: false,
+            open_count: 0,
+            sync_tid: None,
+            datasync_tid: None,
+            reserved_pages: BTreeSet::new(),
+            unflushed_data: false,
+        }
+    }
+
+    pub fn mode(&self) -> u32 {
+        u32::from(self.raw.mode())
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.mode() & 0o170000 == 0o040000
+    }
+
+    pub fn is_reg(&self) -> bool {
+        self.mode() & 0o170000 == 0o100000
+    }
+
+    pub fn is_symlink(&self) -> bool {
+        self.mode() & 0o170000 == 0o120000
+    }
+}

@@ -1,0 +1,187 @@
+//! The transaction context: one open journal handle plus the state it may change.
+//!
+//! Every change an operation makes goes through a [`Tx`]: metadata blocks are changed
+//! only with [`Tx::modify`], inodes are written with [`Tx::write_inode`], blocks come from
+//! and return to the allocator in the same transaction. A `Tx` is the file system's
+//! [`MetaIo`], so extent trees and directories are journaled without knowing it.
+//!
+//! An operation that fails after it changed something must not commit half of itself:
+//! [`Tx::end`] aborts the journal in that case (the file system goes read-only), while a
+//! failure before any change (the usual ENOENT, EEXIST, ENOSPC checks) just stops the
+//! handle.
+
+use crate::error::{FsError, FsResult};
+use crate::format::inode::Inode;
+use crate::meta::{MetaIo, MetaRead};
+use crate::state::{FsInner, FsState, InodeInfo};
+use jext_journal::{Handle, JBuf, Tid};
+use std::sync::Arc;
+
+pub(crate) struct Tx<'a> {
+    pub fs: &'a FsInner,
+    pub st: &'a mut FsState,
+    handle: Handle,
+    /// Something was changed through this handle.
+    dirtied: bool,
+}
+
+impl<'a> Tx<'a> {
+    /// Opens a handle for up to `credits` changed blocks.
+    pub fn begin(fs: &'a FsInner, st: &'a mut FsState, credits: u32) -> FsResult<Tx<'a>> {
+        check_writable(fs, st)?;
+        let credits = credits.min(fs.journal.max_transaction_blocks() / 2);
+        let handle = fs.journal.start(credits)?;
+        Ok(Tx {
+            fs,
+            st,
+            handle,
+            dirtied: false,
+        })
+    }
+
+    pub fn tid(&self) -> Tid {
+        self.handle.tid()
+    }
+
+    /// Ends the operation: on success the handle stops; on failure after changes the
+    /// journal is aborted so the partial operation never commits.
+    pub fn end<T>(self, result: FsResult<T>) -> FsResult<T> {
+        if let Err(err) = &result {
+            if self.dirtied {
+                let reason = format!("an operation failed after changing metadata: {err}");
+                self.fs.journal.abort(reason.clone());
+                self.st.error.get_or_insert(reason);
+            }
+        }
+        self.handle.stop();
+        result
+    }
+
+    /// The cached buffer of `block`.
+    pub fn buffer(&self, block: u64) -> FsResult<Arc<JBuf>> {
+        Ok(self.fs.cache.get(block)?)
+    }
+
+    /// Changes `block` as part of this transaction.
+    pub fn modify<R>(&mut self, block: u64, change: impl FnOnce(&mut [u8]) -> R) -> FsResult<R> {
+        let buf = self.buffer(block)?;
+        self.modify_buf(&buf, change)
+    }
+
+    pub fn modify_buf<R>(
+        &mut self,
+        buf: &Arc<JBuf>,
+        change: impl FnOnce(&mut [u8]) -> R,
+    ) -> FsResult<R> {
+        self.dirtied = true;
+        Ok(self.handle.modify(buf, change)?)
+    }
+
+    /// A freshly allocated block: zeroed in the cache (never read) and journaled.
+    pub fn new_block(&mut self, block: u64) -> FsResult<()> {
+        let buf = self.fs.cache.get_new(block);
+        self.modify_buf(&buf, |_| ())
+    }
+
+    /// The block no longer holds metadata: older logged copies must not come back.
+    pub fn forget_block(&mut self, block: u64) -> FsResult<()> {
+        self.handle.revoke(block)?;
+        self.fs.cache.forget(block);
+        Ok(())
+    }
+
+    /// Loads inode `ino` into the inode cache if it is not there.
+    pub fn load_inode(&mut self, ino: u32) -> FsResult<()> {
+        crate::inodes::load(self.fs, self.st, ino)
+    }
+
+    pub fn inode(&mut self, ino: u32) -> FsResult<&mut InodeInfo> {
+        self.load_inode(ino)?;
+        Ok(self.st.inodes.get_mut(&ino).expect("just loaded"))
+    }
+
+    /// Writes inode `ino`'s record into this transaction.
+    pub fn write_inode(&mut self, ino: u32) -> FsResult<()> {
+        let (block, offset) = crate::inodes::table_location(self.fs, self.st, ino)?;
+        let tid = self.tid();
+        let info = self
+            .st
+            .inodes
+            .get_mut(&ino)
+            .expect("write_inode of a loaded inode");
+        info.dirty = false;
+        info.sync_tid = Some(tid);
+        let bytes = info.raw.encode(ino, self.fs.csum_seed);
+        self.modify(block, |b| {
+            b[offset..offset + bytes.len()].copy_from_slice(&bytes)
+        })
+    }
+
+    /// Records that inode `ino`'s size or block map changed in this transaction.
+    pub fn mark_datasync(&mut self, ino: u32) {
+        let tid = self.tid();
+        if let Some(info) = self.st.inodes.get_mut(&ino) {
+            info.datasync_tid = Some(tid);
+        }
+    }
+
+    /// Journals the superblock as it is in memory (orphan list head, feature flags).
+    pub fn write_superblock(&mut self) -> FsResult<()> {
+        let (block, offset) = self.fs.geo.superblock_location();
+        let bytes = self.st.sb.encode();
+        self.modify(block, |b| {
+            b[offset..offset + bytes.len()].copy_from_slice(&bytes)
+        })
+    }
+
+    /// The raw record of inode `ino` (a copy).
+    pub fn raw_inode(&mut self, ino: u32) -> FsResult<Inode> {
+        Ok(self.inode(ino)?.raw.clone())
+    }
+}
+
+/// Fails if the file system must not change.
+pub(crate) fn check_writable(fs: &FsInner, st: &FsState) -> FsResult<()> {
+    if fs.options.read_only {
+        return Err(FsError::ReadOnly("mounted read-only".into()));
+    }
+    if let Some(why) = &st.error {
+        return Err(FsError::ReadOnly(format!(
+            "an earlier error stopped writes ({why})"
+        )));
+    }
+    if let Some(err) = fs.journal.aborted() {
+        return Err(FsError::Journal(err));
+    }
+    Ok(())
+}
+
+impl MetaRead for Tx<'_> {
+    fn block_size(&self) -> usize {
+        self.fs.geo.block_size as usize
+    }
+
+    fn read_block(&mut self, block: u64) -> FsResult<Arc<[u8]>> {
+        Ok(self.buffer(block)?.bytes())
+    }
+}
+
+impl MetaIo for Tx<'_> {
+    fn modify_block(&mut self, block: u64, change: &mut dyn FnMut(&mut [u8])) -> FsResult<()> {
+        self.modify(block, change)
+    }
+
+    fn alloc_meta_block(&mut self, goal: u64) -> FsResult<u64> {
+        let (block, _) = crate::alloc::alloc_blocks(self, goal, 1)?;
+        self.new_block(block)?;
+        Ok(block)
+    }
+
+    fn free_meta_block(&mut self, block: u64) -> FsResult<()> {
+        crate::alloc::free_blocks(self, block, 1)
+    }
+
+    fn free_data_blocks(&mut self, start: u64, count: u64) -> FsResult<()> {
+        crate::alloc::free_blocks(self, start, count)
+    }
+}
