@@ -237,7 +237,7 @@ pub(crate) fn writeback(
 ) -> FsResult<Option<Tid>> {
     let dirty = st.pages.dirty_indices(ino);
     let mut tid = None;
-    for batch in dirty.chunks(WRITEBACK_BATCH_PAGES) {
+    for batch in batches(fs, &dirty) {
         tid = writeback_batch(fs, st, ino, batch, with_times)?.or(tid);
     }
     let info = st.inodes.get(&ino);
@@ -265,6 +265,36 @@ fn sync_size_and_inode(tx: &mut Tx, ino: u32, written_end: u64) -> FsResult<Tid>
     }
     tx.write_inode(ino)?;
     Ok(tx.tid())
+}
+
+/// Journal credits a writeback batch needs: a base for the inode and group blocks, some
+/// per run of pages (allocation, extent tree, bitmaps), and every page under data=journal.
+fn batch_credits(runs: usize, pages: usize, journal_data: bool) -> u32 {
+    16 + 12 * runs as u32 + if journal_data { pages as u32 } else { 0 }
+}
+
+/// Splits sorted dirty page indices into batches that each fit one handle.
+fn batches<'p>(fs: &FsInner, dirty: &'p [u64]) -> Vec<&'p [u64]> {
+    let journal_data = fs.options.data_mode == DataMode::Journal;
+    let cap = fs.journal.max_transaction_blocks() / 2;
+    let mut out = Vec::new();
+    let (mut start, mut runs) = (0, 0);
+    for i in 0..dirty.len() {
+        let new_run = i == start || dirty[i] != dirty[i - 1] + 1;
+        let pages = i + 1 - start;
+        let credits = batch_credits(runs + usize::from(new_run), pages, journal_data);
+        if i > start && (credits > cap || pages > WRITEBACK_BATCH_PAGES) {
+            out.push(&dirty[start..i]);
+            start = i;
+            runs = 1;
+        } else if new_run {
+            runs += 1;
+        }
+    }
+    if start < dirty.len() {
+        out.push(&dirty[start..]);
+    }
+    out
 }
 
 /// One state of a run of consecutive pages.
@@ -305,17 +335,17 @@ fn writeback_batch(
     let raw = st.inodes[&ino].raw.clone();
     let journal_data = fs.options.data_mode == DataMode::Journal;
     let runs = consecutive_runs(pages);
-    let needs_blocks = pages
-        .iter()
-        .any(|i| st.inodes[&ino].reserved_pages.contains(i));
     let last_end = (pages.last().copied().unwrap_or(0) + 1) * u64::from(fs.geo.block_size);
     let info = &st.inodes[&ino];
     let grows = info.raw.size() < info.size.min(last_end);
-    let mut any_unwritten = false;
+    // Decided by the block map itself: a page over a hole needs a block whether or not it
+    // holds a reservation.
+    let (mut needs_blocks, mut any_unwritten) = (false, false);
     for &(first, len) in &runs {
         let mut i = first;
         while i < first + len {
             let (m, left) = mapping_at(fs, ino, &raw, i)?;
+            needs_blocks |= m == Mapping::Hole;
             any_unwritten |= matches!(m, Mapping::Unwritten(_));
             i += left.max(1);
         }
@@ -326,8 +356,7 @@ fn writeback_batch(
         st.inodes.get_mut(&ino).expect("loaded").unflushed_data = true;
         return Ok(None);
     }
-    let credits = 16 + 12 * runs.len() as u32 + if journal_data { pages.len() as u32 } else { 0 };
-    let mut tx = Tx::begin(fs, st, credits)?;
+    let mut tx = Tx::begin(fs, st, batch_credits(runs.len(), pages.len(), journal_data))?;
     let r = (|| {
         for &(first, len) in &runs {
             write_run(&mut tx, ino, first, len, journal_data)?;
@@ -506,6 +535,28 @@ pub(crate) fn prepare_sync(
     Ok((tid, flush))
 }
 
+/// Zeroes bytes `[from, to)` of page `index`. A page over a hole or an unwritten block
+/// that nobody dirtied already reads as zeros, so it is dropped rather than dirtied.
+fn zero_in_page(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    index: u64,
+    from: usize,
+    to: usize,
+) -> FsResult<()> {
+    let raw = st.inodes[&ino].raw.clone();
+    let written = blockmap::lookup(fs, ino, &raw, index as u32)?.is_some_and(|e| !e.unwritten);
+    let dirty = st.pages.get(ino, index).is_some_and(|p| p.is_dirty());
+    if written || dirty {
+        page_data(fs, st, ino, index)?;
+        st.pages.modify(ino, index, |p| p[from..to].fill(0));
+    } else {
+        st.pages.discard(ino, index, index + 1);
+    }
+    Ok(())
+}
+
 /// Changes the size of `ino` to `new_size`.
 pub(crate) fn set_size(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) -> FsResult<()> {
     load_regular(fs, st, ino)?;
@@ -517,10 +568,8 @@ pub(crate) fn set_size(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) 
     if new_size < old {
         // Zero the tail of the new last page, so growing the file later shows zeros.
         if new_size % bs != 0 {
-            let index = new_size / bs;
-            page_data(fs, st, ino, index)?;
             let within = (new_size % bs) as usize;
-            st.pages.modify(ino, index, |p| p[within..].fill(0));
+            zero_in_page(fs, st, ino, new_size / bs, within, bs as usize)?;
         }
         let keep_pages = new_size.div_ceil(bs);
         st.pages.truncate(ino, keep_pages);
@@ -621,10 +670,8 @@ fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -
         ((end / bs * bs).max(offset), end),
     ] {
         if from < to && (from % bs != 0 || to % bs != 0) {
-            let index = from / bs;
-            page_data(fs, st, ino, index)?;
             let (a, b) = ((from % bs) as usize, ((to - 1) % bs) as usize + 1);
-            st.pages.modify(ino, index, |p| p[a..b].fill(0));
+            zero_in_page(fs, st, ino, from / bs, a, b)?;
         }
     }
     let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
