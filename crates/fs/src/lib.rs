@@ -20,6 +20,7 @@ pub mod geometry;
 mod groups;
 mod inodes;
 pub mod meta;
+pub mod mkfs;
 mod mount;
 mod namei;
 pub mod options;
@@ -32,6 +33,7 @@ mod xattr_ops;
 
 pub use api::{File, Fs};
 pub use error::{FsError, FsResult};
+pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::MountReport;
 pub use options::{DataMode, ErrorBehavior, MountOptions};
 pub use types::{

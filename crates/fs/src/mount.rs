@@ -233,6 +233,7 @@ pub(crate) fn mount(
             LogFeatures {
                 csum_v3: sb.has_metadata_csum(),
                 wide_blocks: sb.has_incompat(features::INCOMPAT_64BIT),
+                fast_commit: sb.has_compat(features::COMPAT_FAST_COMMIT),
             }
         },
         ..JournalConfig::default()

@@ -20,6 +20,10 @@ pub struct LogFeatures {
     pub csum_v3: bool,
     /// Use 64-bit block numbers in tags (the file system has 64bit).
     pub wide_blocks: bool,
+    /// Keep the fast-commit area at the end of the journal out of the log, and say so in
+    /// the superblock (the file system has fast_commit), as ext4 does at mount, so that
+    /// jext and the kernel wrap the log at the same block.
+    pub fast_commit: bool,
 }
 
 pub(crate) struct LogLayout {
@@ -45,12 +49,15 @@ impl LogLayout {
         if !superblock.is_clean() {
             return Err(JournalError::NeedsRecovery);
         }
+        let before = superblock.clone();
         if features.csum_v3 {
-            let before = superblock.clone();
             superblock.enable_csum_v3(features.wide_blocks);
-            if superblock != before {
-                write_superblock(io, area, &superblock, IoFlags::PREFLUSH | IoFlags::FUA)?;
-            }
+        }
+        if features.fast_commit {
+            superblock.enable_fast_commit();
+        }
+        if superblock != before {
+            write_superblock(io, area, &superblock, IoFlags::PREFLUSH | IoFlags::FUA)?;
         }
         let mut block0 = vec![0u8; area.block_size as usize];
         io.read(area.byte_offset(0), &mut block0)?;

@@ -143,6 +143,11 @@ impl JournalSuperblock {
         self.raw[0x50] = CHECKSUM_TYPE_CRC32C;
     }
 
+    /// Turns on FAST_COMMIT: the last `s_num_fc_blks` blocks (256 if 0) leave the log.
+    pub fn enable_fast_commit(&mut self) {
+        self.set_feature_incompat(self.feature_incompat() | INCOMPAT_FAST_COMMIT);
+    }
+
     fn has_csum(&self) -> bool {
         self.has_incompat(INCOMPAT_CSUM_V2 | INCOMPAT_CSUM_V3)
     }
