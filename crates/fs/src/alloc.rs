@@ -78,10 +78,17 @@ impl AllocState {
             .retain(|_, (_, tid)| tid_gt(*tid, committed));
     }
 
-    /// If `[start, end)` overlaps a pending free, that free's (start, end).
+    /// If `[start, end)` overlaps pending frees, the first of them as (start, end).
     fn pending_overlap(&self, start: u64, end: u64) -> Option<(u64, u64)> {
-        let (&p_start, &(len, _)) = self.pending_free.range(..end).next_back()?;
-        (p_start + len > start).then_some((p_start, p_start + len))
+        // Pending runs never overlap each other: one starting at or before `start` that
+        // reaches past it, else the first starting inside the range.
+        if let Some((&s, &(len, _))) = self.pending_free.range(..=start).next_back() {
+            if s + len > start {
+                return Some((s, s + len));
+            }
+        }
+        let (&s, &(len, _)) = self.pending_free.range(start..end).next()?;
+        Some((s, s + len))
     }
 }
 
@@ -409,4 +416,26 @@ pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
     write_desc(tx, group, &desc)?;
     tx.st.alloc.free_inodes += 1;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_overlapping_pending_free_is_found() {
+        let mut st = AllocState::empty();
+        st.pending_free.insert(7417, (1, 9));
+        st.pending_free.insert(7419, (81, 9));
+        st.pending_free.insert(7600, (10, 9));
+        // A run over both of the first two: the earliest must come back, or the run up to
+        // the second would swallow the first.
+        assert_eq!(st.pending_overlap(7410, 7430), Some((7417, 7418)));
+        assert_eq!(st.pending_overlap(7417, 7418), Some((7417, 7418)));
+        assert_eq!(st.pending_overlap(7450, 7460), Some((7419, 7500)));
+        assert_eq!(st.pending_overlap(7500, 7600), None);
+        assert_eq!(st.pending_overlap(7418, 7419), None);
+        assert_eq!(st.pending_blocks(8), 92);
+        assert_eq!(st.pending_blocks(9), 0, "committed frees are released");
+    }
 }

@@ -438,6 +438,13 @@ impl Fs {
         file::extents(self.inner(), &mut st, ino)
     }
 
+    /// Does now what the writeback thread does on its next tick: writes back expired and
+    /// excess dirty data and dirty inode times, without waiting for a commit.
+    pub fn writeback_now(&self) -> FsResult<()> {
+        let mut st = self.lock()?;
+        writeback_due(self.inner(), &mut st)
+    }
+
     /// The device's IO counters.
     pub fn counters(&self) -> CounterSnapshot {
         self.inner().io.device().counters().snapshot()

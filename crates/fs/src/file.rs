@@ -105,6 +105,11 @@ fn page_data(fs: &FsInner, st: &mut FsState, ino: u32, index: u64) -> FsResult<A
     for (i, chunk) in bytes.chunks(bs).enumerate() {
         let block = phys + i as u64;
         // A journaled copy not yet written home is newer than the home block.
+        if fs.options.data_mode != DataMode::Journal {
+            let cached = fs.cache.peek(block).is_some();
+            let committed = fs.journal.committed_copy(block).is_some();
+            assert!(!cached && !committed, "data block {block} of inode {ino} (page {}) has a journal copy: cached {cached} committed {committed}", index + i as u64);
+        }
         let data: Arc<[u8]> = match fs.cache.peek(block).or_else(|| {
             fs.journal
                 .committed_copy(block)

@@ -169,7 +169,12 @@ impl Runner<'_> {
             71..=76 => self.xattr(),
             77..=79 => self.chmod(),
             80..=86 => self.fallocate(),
-            87..=94 => self.fsync(),
+            87..=89 => self.fsync(),
+            90..=91 => self.read_back(),
+            92..=94 => {
+                trace("writeback_now".into());
+                self.fs.writeback_now().unwrap()
+            }
             // What the writeback and commit timers do, at a deterministic point.
             _ => {
                 trace("sync".into());
@@ -283,7 +288,8 @@ impl Runner<'_> {
             .model
             .dirs()
             .into_iter()
-            .filter(|d| d != "/" && self.model.children(d).is_empty())
+            // e2fsck wants /lost+found, so the model leaves it in place.
+            .filter(|d| d != "/" && d != "/lost+found" && self.model.children(d).is_empty())
             .collect();
         let Some(path) = self.pick(&empty) else {
             return;
@@ -298,7 +304,7 @@ impl Runner<'_> {
             .model
             .paths
             .keys()
-            .filter(|p| *p != "/")
+            .filter(|p| *p != "/" && *p != "/lost+found")
             .cloned()
             .collect();
         let Some(src) = self.pick(&all) else { return };
@@ -486,6 +492,28 @@ impl Runner<'_> {
         }
     }
 
+    /// Reads a file back at once (reads evict pages and read ahead in between writes).
+    fn read_back(&mut self) {
+        let Some(path) = self.pick(&self.model.files()) else {
+            return;
+        };
+        let Kind::File(data) = &self.model.nodes[&self.model.paths[&path]].kind else {
+            unreachable!()
+        };
+        let ino = self.ino(&path);
+        trace(format!("read {path}"));
+        let read = self.fs.read(ino, 0, data.len() + 1).unwrap();
+        if read != *data {
+            let at = read.iter().zip(data.iter()).position(|(a, b)| a != b);
+            panic!(
+                "read back {path}: {} bytes, expected {}, first difference at {at:?}; extents {:?}",
+                read.len(),
+                data.len(),
+                self.fs.extents(ino).unwrap()
+            );
+        }
+    }
+
     fn fsync(&mut self) {
         let all: Vec<String> = self
             .model
@@ -586,8 +614,17 @@ fn check_jext(fs: &Fs, model: &Model) {
                 assert_eq!(stat.size, data.len() as u64, "{path}: size");
                 let read = fs.read(stat.ino, 0, data.len() + 10).unwrap();
                 if read != *data {
-                    let at = read.iter().zip(data.iter()).position(|(a, b)| a != b);
-                    panic!("{path}: contents differ: read {} bytes, expected {}, first difference at {at:?}", read.len(), data.len());
+                    let at = read
+                        .iter()
+                        .zip(data.iter())
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(0);
+                    let show = |d: &[u8]| d[at..(at + 24).min(d.len())].to_vec();
+                    let _ = fs.sync();
+                    panic!(
+                        "{path}: contents differ: read {} bytes, expected {}, first difference at {at}: read {:?} expected {:?}; extents {:?}",
+                        read.len(), data.len(), show(&read), show(data), fs.extents(stat.ino).unwrap()
+                    );
                 }
                 assert_eq!(stat.nlink as usize, model.links(*id), "{path}: link count");
             }
@@ -761,9 +798,11 @@ fn run_model(
     let scratch = Scratch::new(name);
     let image = scratch.path("model.img");
     mkfs_ext4(&image, size_mib, mkfs_args);
+    // JEXT_MODEL_COMMIT_MS shortens the commit timer, so timer commits land between steps.
     let options = MountOptions {
         data_mode: mode,
         cache_size_bytes: 8 << 20,
+        commit_interval_ms: env("JEXT_MODEL_COMMIT_MS").unwrap_or(5000),
         ..MountOptions::default()
     };
     let fs = Fs::open_path(&image, options.clone()).unwrap();

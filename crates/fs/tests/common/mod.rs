@@ -23,7 +23,10 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        // JEXT_KEEP_SCRATCH=1 keeps the images of a failed test for inspection.
+        if std::env::var("JEXT_KEEP_SCRATCH").is_err() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
     }
 }
 
