@@ -203,6 +203,15 @@ impl SimDevice {
         }
     }
 
+    /// How many requests and marks the running capture holds.
+    pub fn capture_len(&self) -> usize {
+        self.state
+            .lock()
+            .capture
+            .as_ref()
+            .map_or(0, |(_, log)| log.len())
+    }
+
     /// Ends the capture and returns it.
     pub fn take_capture(&self) -> Option<CrashCapture> {
         let (base, ops) = self.state.lock().capture.take()?;

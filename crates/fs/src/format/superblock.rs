@@ -1,42 +1,115 @@
 //! The ext4 superblock: 1024 bytes at byte 1024 of the device (block 1 with 1 KiB blocks,
 //! offset 1024 of block 0 otherwise), with backups at the start of some groups.
 //!
-//! The structure keeps its raw 1024 bytes and reads and writes fields in place, so that
-//! fields jext does not interpret round-trip exactly. Layout (little-endian):
+//! Promise: the structure keeps its raw 1024 bytes and reads and writes fields in place,
+//! so bytes jext does not interpret (reserved space, error records, fields of features it
+//! does not use) round-trip exactly: `encode(decode(x)) == x` whenever the checksum was
+//! right. Decode refuses a wrong magic, a wrong checksum and impossible geometry; it never
+//! repairs. Whether jext may *use* the file system (its feature bits) is a separate
+//! question, answered by [`Superblock::check_features`].
+//!
+//! Layout (little-endian; "lo/hi" pairs combine into one wider value):
 //!
 //! ```text
-//! off  size field                     off  size field
-//! 0x00 4 s_inodes_count               0x68 16 s_uuid
-//! 0x04 4 s_blocks_count_lo            0x78 16 s_volume_name
-//! 0x08 4 s_r_blocks_count_lo          0x88 64 s_last_mounted
-//! 0x0C 4 s_free_blocks_count_lo       0xC8 4 s_algorithm_usage_bitmap
-//! 0x10 4 s_free_inodes_count          0xCC 1 s_prealloc_blocks
-//! 0x14 4 s_first_data_block           0xCD 1 s_prealloc_dir_blocks
-//! 0x18 4 s_log_block_size (10+n)      0xCE 2 s_reserved_gdt_blocks
-//! 0x1C 4 s_log_cluster_size           0xD0 16 s_journal_uuid
-//! 0x20 4 s_blocks_per_group           0xE0 4 s_journal_inum
-//! 0x24 4 s_clusters_per_group         0xE4 4 s_journal_dev
-//! 0x28 4 s_inodes_per_group           0xE8 4 s_last_orphan
-//! 0x2C 4 s_mtime                      0xEC 16 s_hash_seed (4 x le32)
-//! 0x30 4 s_wtime                      0xFC 1 s_def_hash_version
-//! 0x34 2 s_mnt_count                  0xFD 1 s_jnl_backup_type
-//! 0x36 2 s_max_mnt_count              0xFE 2 s_desc_size
-//! 0x38 2 s_magic (0xEF53)             0x100 4 s_default_mount_opts
-//! 0x3A 2 s_state (1 clean, 2 errors)  0x104 4 s_first_meta_bg
-//! 0x3C 2 s_errors                     0x108 4 s_mkfs_time
-//! 0x3E 2 s_minor_rev_level            0x10C 68 s_jnl_blocks (17 x le32)
-//! 0x40 4 s_lastcheck                  0x150 4 s_blocks_count_hi
-//! 0x44 4 s_checkinterval              0x154 4 s_r_blocks_count_hi
-//! 0x48 4 s_creator_os                 0x158 4 s_free_blocks_count_hi
-//! 0x4C 4 s_rev_level (1 = dynamic)    0x15C 2 s_min_extra_isize
-//! 0x50 2 s_def_resuid                 0x15E 2 s_want_extra_isize
-//! 0x52 2 s_def_resgid                 0x160 4 s_flags (1 signed hash, 2 unsigned)
-//! 0x54 4 s_first_ino                  0x174 1 s_log_groups_per_flex
-//! 0x58 2 s_inode_size                 0x175 1 s_checksum_type (1 = crc32c)
-//! 0x5A 2 s_block_group_nr             0x178 8 s_kbytes_written
-//! 0x5C 4 s_feature_compat             0x270 4 s_checksum_seed
-//! 0x60 4 s_feature_incompat           0x274 1 s_wtime_hi, 0x275 s_mtime_hi, 0x276 s_mkfs_time_hi
-//! 0x64 4 s_feature_ro_compat          0x3FC 4 s_checksum (crc32c_raw(!0, bytes 0..0x3FC))
+//! off   size field                        meaning
+//! 0x000 4  s_inodes_count                 inodes in the file system
+//! 0x004 4  s_blocks_count_lo              blocks (hi at 0x150 with 64bit)
+//! 0x008 4  s_r_blocks_count_lo            blocks reserved for root (hi at 0x154)
+//! 0x00C 4  s_free_blocks_count_lo         free blocks (hi at 0x158)
+//! 0x010 4  s_free_inodes_count            free inodes
+//! 0x014 4  s_first_data_block             1 with 1 KiB blocks, else 0
+//! 0x018 4  s_log_block_size               block size is 1024 << this
+//! 0x01C 4  s_log_cluster_size             cluster size is 1024 << this (bigalloc)
+//! 0x020 4  s_blocks_per_group
+//! 0x024 4  s_clusters_per_group
+//! 0x028 4  s_inodes_per_group
+//! 0x02C 4  s_mtime                        last mount, seconds (hi byte at 0x275)
+//! 0x030 4  s_wtime                        last write, seconds (hi byte at 0x274)
+//! 0x034 2  s_mnt_count                    mounts since the last check
+//! 0x036 2  s_max_mnt_count
+//! 0x038 2  s_magic                        0xEF53
+//! 0x03A 2  s_state                        1 clean, 2 errors, 4 orphans being recovered
+//! 0x03C 2  s_errors                       1 continue, 2 remount-ro, 3 panic
+//! 0x03E 2  s_minor_rev_level
+//! 0x040 4  s_lastcheck                    last fsck, seconds (hi byte at 0x277)
+//! 0x044 4  s_checkinterval
+//! 0x048 4  s_creator_os                   0 Linux
+//! 0x04C 4  s_rev_level                    1 = dynamic (variable inode size, features)
+//! 0x050 2  s_def_resuid                   owner of the reserved blocks
+//! 0x052 2  s_def_resgid
+//! 0x054 4  s_first_ino                    first non-reserved inode (11)
+//! 0x058 2  s_inode_size                   bytes per inode record
+//! 0x05A 2  s_block_group_nr               group holding this copy (backups)
+//! 0x05C 4  s_feature_compat
+//! 0x060 4  s_feature_incompat
+//! 0x064 4  s_feature_ro_compat
+//! 0x068 16 s_uuid
+//! 0x078 16 s_volume_name                  NUL-padded
+//! 0x088 64 s_last_mounted                 NUL-padded path
+//! 0x0C8 4  s_algorithm_usage_bitmap       (compression, unused)
+//! 0x0CC 1  s_prealloc_blocks
+//! 0x0CD 1  s_prealloc_dir_blocks
+//! 0x0CE 2  s_reserved_gdt_blocks          GDT blocks kept for online growth
+//! 0x0D0 16 s_journal_uuid                 uuid of an external journal
+//! 0x0E0 4  s_journal_inum                 journal inode (8)
+//! 0x0E4 4  s_journal_dev                  external journal device (0: none)
+//! 0x0E8 4  s_last_orphan                  head of the orphan inode list
+//! 0x0EC 16 s_hash_seed                    4 x le32, directory hash seed
+//! 0x0FC 1  s_def_hash_version             hash of new htree directories
+//! 0x0FD 1  s_jnl_backup_type              1: s_jnl_blocks holds i_block + size
+//! 0x0FE 2  s_desc_size                    group descriptor bytes (64bit)
+//! 0x100 4  s_default_mount_opts
+//! 0x104 4  s_first_meta_bg
+//! 0x108 4  s_mkfs_time                    (hi byte at 0x276)
+//! 0x10C 68 s_jnl_blocks                   17 x le32: journal i_block[15], size hi, lo
+//! 0x150 4  s_blocks_count_hi
+//! 0x154 4  s_r_blocks_count_hi
+//! 0x158 4  s_free_blocks_count_hi
+//! 0x15C 2  s_min_extra_isize              extra inode bytes every inode has
+//! 0x15E 2  s_want_extra_isize             extra inode bytes new inodes get
+//! 0x160 4  s_flags                        1 signed dir hash, 2 unsigned, 4 test fs
+//! 0x164 2  s_raid_stride
+//! 0x166 2  s_mmp_update_interval
+//! 0x168 8  s_mmp_block
+//! 0x170 4  s_raid_stripe_width
+//! 0x174 1  s_log_groups_per_flex          flex group is 1 << this groups
+//! 0x175 1  s_checksum_type                1 = crc32c
+//! 0x176 1  s_encryption_level
+//! 0x177 1  s_reserved_pad
+//! 0x178 8  s_kbytes_written               lifetime KiB written
+//! 0x180 4  s_snapshot_inum                (snapshots: never used by mainline)
+//! 0x184 4  s_snapshot_id
+//! 0x188 8  s_snapshot_r_blocks_count
+//! 0x190 4  s_snapshot_list
+//! 0x194 4  s_error_count                  errors recorded by the kernel
+//! 0x198 4  s_first_error_time
+//! 0x19C 4  s_first_error_ino
+//! 0x1A0 8  s_first_error_block
+//! 0x1A8 32 s_first_error_func
+//! 0x1C8 4  s_first_error_line
+//! 0x1CC 4  s_last_error_time
+//! 0x1D0 4  s_last_error_ino
+//! 0x1D4 4  s_last_error_line
+//! 0x1D8 8  s_last_error_block
+//! 0x1E0 32 s_last_error_func
+//! 0x200 64 s_mount_opts                   NUL-padded default mount options
+//! 0x240 4  s_usr_quota_inum
+//! 0x244 4  s_grp_quota_inum
+//! 0x248 4  s_overhead_clusters            metadata overhead (0: kernel computes it)
+//! 0x24C 8  s_backup_bgs                   2 x le32: backup groups with sparse_super2
+//! 0x254 4  s_encrypt_algos
+//! 0x258 16 s_encrypt_pw_salt
+//! 0x268 4  s_lpf_ino                      lost+found inode
+//! 0x26C 4  s_prj_quota_inum
+//! 0x270 4  s_checksum_seed                metadata_csum seed with csum_seed feature
+//! 0x274 1  s_wtime_hi   0x275 1 s_mtime_hi   0x276 1 s_mkfs_time_hi
+//! 0x277 1  s_lastcheck_hi   0x278 1 s_first_error_time_hi   0x279 1 s_last_error_time_hi
+//! 0x27A 1  s_first_error_errcode   0x27B 1 s_last_error_errcode
+//! 0x27C 2  s_encoding                     filename encoding (casefold)
+//! 0x27E 2  s_encoding_flags
+//! 0x280 4  s_orphan_file_inum             orphan file (orphan_file feature)
+//! 0x284 376 s_reserved                    zero
+//! 0x3FC 4  s_checksum                     crc32c_raw(!0, bytes 0..0x3FC), metadata_csum
 //! ```
 
 use super::csum::crc32c_raw;
