@@ -432,7 +432,7 @@ impl Fs {
         Ok(())
     }
 
-    /// The extents of regular file `ino`, in order (for SEEK_DATA / SEEK_HOLE).
+    /// The extents of inode `ino`, in order (for SEEK_DATA / SEEK_HOLE and inspection).
     pub fn extents(&self, ino: Ino) -> FsResult<Vec<crate::format::extent::Extent>> {
         let mut st = self.lock()?;
         file::extents(self.inner(), &mut st, ino)

@@ -703,9 +703,9 @@ fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -
     tx.end(r)
 }
 
-/// Extents of `ino` (for SEEK_DATA/SEEK_HOLE and tests).
+/// Extents of any extent-mapped inode (SEEK_DATA/SEEK_HOLE, `jext debug`, tests).
 pub(crate) fn extents(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Vec<Extent>> {
-    load_regular(fs, st, ino)?;
+    crate::inodes::load(fs, st, ino)?;
     let raw = st.inodes[&ino].raw.clone();
     blockmap::extents(fs, ino, &raw)
 }

@@ -376,6 +376,12 @@ impl Journal {
         committed?;
         checkpoint(&self.shared)?;
         let st = self.shared.state.lock();
+        if st.superblock_says_empty {
+            // Nothing was logged since load (a read-only mount, or an idle one): the
+            // superblock on disk already says empty, and a read-only device must not be
+            // written.
+            return Ok(());
+        }
         let sb = self.shared.layout.superblock_block(0, st.next_tid);
         drop(st);
         write_superblock(&self.shared, sb)

@@ -54,6 +54,8 @@ pub struct ScanReport {
     pub blocks_scanned: u32,
     /// Why the scan stopped where it did ("clean journal", "block 40: sequence 7, expected 6").
     pub end_reason: String,
+    /// The journal block after the last committed transaction (where the log would go on).
+    pub head_block: u32,
 }
 
 /// What recovery did.
@@ -107,6 +109,7 @@ pub fn scan(io: &IoQueue, area: &JournalArea) -> Result<ScanReport, JournalError
         transactions: Vec::new(),
         blocks_scanned: 0,
         end_reason: String::new(),
+        head_block: sb.start(),
     };
     if sb.is_clean() {
         report.end_reason = "clean journal (s_start = 0)".into();
@@ -258,6 +261,7 @@ impl<'a> Scanner<'a> {
                     tid = tid.wrapping_add(1);
                     position = self.next(position);
                     pending.first_block = position;
+                    report.head_block = position;
                 }
                 BlockKind::Other(t) => {
                     report.end_reason = format!("journal block {position}: block type {t}");
@@ -356,8 +360,9 @@ pub fn recover(io: &IoQueue, areas: &[JournalArea]) -> Result<RecoveryReport, Jo
                 .transactions
                 .last()
                 .map_or(sb.sequence(), |t| t.tid.wrapping_add(1));
-            sb.set_start(0);
-            sb.set_sequence(next);
+            // The kernel starts one tid further, so that a torn commit block of `next`
+            // left in the log can never be read as the next transaction's.
+            sb.mark_empty(next.wrapping_add(1), scan.head_block);
             write_superblock(io, area, &sb, IoFlags::PREFLUSH | IoFlags::FUA)?;
         }
     }

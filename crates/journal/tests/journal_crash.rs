@@ -47,6 +47,7 @@ fn config() -> JournalConfig {
         features: LogFeatures {
             csum_v3: true,
             wide_blocks: true,
+            fast_commit: false,
         },
         ..JournalConfig::default()
     }

@@ -91,6 +91,7 @@ impl JournalSuperblock {
         nr_users / set_nr_users @ 0x40;
         max_transaction / set_max_transaction @ 0x48;
         num_fc_blocks_field / set_num_fc_blocks_field @ 0x54;
+        head / set_head @ 0x58;
     }
 
     pub fn blocktype(&self) -> u32 {
@@ -141,6 +142,16 @@ impl JournalSuperblock {
         self.set_feature_incompat(incompat);
         self.set_feature_compat(self.feature_compat() & !COMPAT_CHECKSUM);
         self.raw[0x50] = CHECKSUM_TYPE_CRC32C;
+    }
+
+    /// Marks the log empty the way the kernel does after recovery: no start, the next
+    /// transaction `sequence`, the block after the last replayed commit as `s_head`, and
+    /// no FAST_COMMIT (the file system turns it back on at mount).
+    pub fn mark_empty(&mut self, sequence: u32, head: u32) {
+        self.set_start(0);
+        self.set_sequence(sequence);
+        self.set_head(head);
+        self.set_feature_incompat(self.feature_incompat() & !INCOMPAT_FAST_COMMIT);
     }
 
     /// Turns on FAST_COMMIT: the last `s_num_fc_blks` blocks (256 if 0) leave the log.
