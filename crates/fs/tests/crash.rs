@@ -241,3 +241,66 @@ fn a_clean_image_stays_clean() {
     dev.crash().write_durable_image(&path).unwrap();
     assert_e2fsck_clean(&path);
 }
+
+/// Linux recovers crash images jext wrote to the same result as jext's own recovery: the
+/// log (including wrapped logs, and the shorter log of a fast_commit file system) is
+/// readable by the kernel.
+#[test]
+fn the_kernel_recovers_jext_crash_images() {
+    let expected = |i: u32| vec![(i % 251) as u8; 6000 + i as usize * 50];
+    for (fast_commit, name) in [(false, "kernel-replay"), (true, "kernel-replay-fc")] {
+        let scratch = Scratch::new(name);
+        let dev = Arc::new(SimDevice::new(64 << 20));
+        let opts = MkfsOptions {
+            assume_zeroed: true,
+            fast_commit,
+            journal_blocks: Some(1024),
+            ..MkfsOptions::default()
+        };
+        mkfs(dev.clone(), &opts).unwrap();
+        let options = MountOptions {
+            commit_interval_ms: 3_600_000,
+            ..MountOptions::default()
+        };
+        let fs = Fs::open(dev.clone(), options.clone()).unwrap();
+        // Enough fsync'd transactions (about 8 log blocks each) to wrap the 1024-block log
+        // three times.
+        for i in 0..400u32 {
+            let f = fs.create_file(&format!("/f{i}"), 0o644).unwrap();
+            f.write_at(0, &expected(i)).unwrap();
+            f.fsync().unwrap();
+        }
+        assert!(
+            fs.journal_stats().checkpoints >= 2,
+            "the log wrapped: {:?}",
+            fs.journal_stats()
+        );
+        let crashed = dev.crash();
+        drop(fs);
+        let image = scratch.path("crash.img");
+        crashed.write_durable_image(&image).unwrap();
+        let mount = common::LoopMount::new(&image, &scratch.path("mnt"), "");
+        for i in 0..400u32 {
+            let data = std::fs::read(mount.path(&format!("f{i}"))).unwrap();
+            assert!(
+                data == expected(i),
+                "kernel view of f{i}: {} bytes",
+                data.len()
+            );
+        }
+        mount.unmount();
+        assert_e2fsck_clean(&image);
+        let ours = Arc::new(crashed);
+        let fs = Fs::open(ours.clone(), options).unwrap();
+        for i in 0..400u32 {
+            let ino = fs.resolve(&format!("/f{i}")).unwrap();
+            let data = fs.read(ino, 0, 30_000).unwrap();
+            assert!(
+                data == expected(i),
+                "jext view of f{i}: {} bytes",
+                data.len()
+            );
+        }
+        fs.unmount().unwrap();
+    }
+}
