@@ -11,6 +11,8 @@
 //! - [`BlockDevDevice`]: a block device such as `/dev/loop0`, opened with `O_DIRECT`.
 //! - [`SimDevice`]: memory with a volatile write cache, crash capture and fault injection;
 //!   the seam through which every crash test runs the real stack.
+//! - [`OverlayDevice`]: copy-on-write over another device, so a checker can recover a
+//!   journal without changing the image.
 //!
 //! What this layer promises: a write is visible to reads as soon as it returns; it is
 //! durable after a later `flush` returns, or at once when written with FUA. It promises no
@@ -22,12 +24,14 @@ mod blockdev;
 mod counters;
 mod error;
 mod file;
+mod overlay;
 mod sim;
 
 pub use blockdev::BlockDevDevice;
 pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{DeviceError, DeviceOp};
 pub use file::FileDevice;
+pub use overlay::OverlayDevice;
 pub use sim::{CrashCapture, LoggedOp, SimDevice, SimFault};
 
 use std::path::Path;

@@ -251,7 +251,7 @@ fn free_in_group(tx: &mut Tx, group: u32, bit: u32, n: u32) -> FsResult<()> {
 
 /// The block ranges of group `group` that file system metadata occupies: its superblock
 /// and descriptor copies, and any group's bitmaps or inode table placed in it.
-fn metadata_in_group(fs: &FsInner, group: u32) -> FsResult<Vec<(u64, u64)>> {
+pub(crate) fn metadata_in_group(fs: &FsInner, group: u32) -> FsResult<Vec<(u64, u64)>> {
     let geo = &fs.geo;
     let first = geo.group_first_block(group);
     let end = first + u64::from(geo.blocks_in_group(group));

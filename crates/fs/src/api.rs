@@ -74,6 +74,12 @@ impl Fs {
         Fs::open(device, options)
     }
 
+    /// Runs `f` with the file system's internals locked (for fsck and debug).
+    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&FsInner, &mut FsState) -> R) -> FsResult<R> {
+        let mut st = self.lock()?;
+        Ok(f(self.inner(), &mut st))
+    }
+
     fn inner(&self) -> &FsInner {
         &self.mounted.inner
     }

@@ -66,6 +66,17 @@ pub(crate) fn extents(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<Vec<Exten
     Ok(extent_tree::walk(&mut reader, raw.i_block(), &owner(fs, ino, raw))?.0)
 }
 
+/// Every extent and every extent-tree block of inode `ino`, after checking every node.
+pub(crate) fn extents_and_index(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+) -> FsResult<(Vec<Extent>, Vec<u64>)> {
+    require_extents(ino, raw)?;
+    let mut reader = fs;
+    extent_tree::walk(&mut reader, raw.i_block(), &owner(fs, ino, raw))
+}
+
 /// Runs `change` on a copy of the inode's extent root and stores the root back.
 fn with_root<R>(
     tx: &mut Tx,

@@ -16,6 +16,7 @@ pub mod error;
 pub mod extent_tree;
 mod file;
 pub mod format;
+pub mod fsck;
 pub mod geometry;
 mod groups;
 mod inodes;
@@ -33,6 +34,7 @@ mod xattr_ops;
 
 pub use api::{File, Fs};
 pub use error::{FsError, FsResult};
+pub use fsck::{fsck, FsckReport};
 pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::MountReport;
 pub use options::{DataMode, ErrorBehavior, MountOptions};

@@ -73,6 +73,12 @@ pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> FsResult<()> {
             "file systems without a journal (jext journals every change)".into(),
         ));
     }
+    if sb.has_compat(features::COMPAT_SPARSE_SUPER2) && !read_only {
+        return Err(FsError::Unsupported(
+            "sparse_super2 (backup superblocks placed by s_backup_bgs); mount read-only (-o ro)"
+                .into(),
+        ));
+    }
     if sb.journal_dev() != 0 {
         return Err(FsError::Unsupported("an external journal device".into()));
     }
