@@ -11,6 +11,7 @@
 mod alloc;
 mod api;
 mod blockmap;
+pub mod debug;
 mod dir;
 pub mod error;
 pub mod extent_tree;

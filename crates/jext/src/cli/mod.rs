@@ -1,0 +1,95 @@
+//! Command-line parsing and dispatch. Each subcommand lives in its own module and returns
+//! a process exit status; errors are printed as "jext <command>: <what failed>".
+
+mod demo;
+mod tools;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "jext",
+    version,
+    about = "A user-space ext4 whose journal is better than the kernel's"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Make a temporary image, write a small tree, crash, recover, verify, and report
+    /// what reached the disk.
+    ///
+    /// Example: jext demo
+    Demo {
+        /// Keep the image at this path instead of a temporary file.
+        #[arg(long)]
+        keep: Option<PathBuf>,
+    },
+    /// Make an ext4 file system (the defaults of mkfs.ext4).
+    ///
+    /// Examples: jext mkfs disk.img --size 1G
+    ///           jext mkfs /dev/loop0
+    Mkfs {
+        /// An image file (created or resized to --size) or a block device.
+        image: PathBuf,
+        /// Size of a new image file, like 64M, 1G, 1T (sparse).
+        #[arg(long)]
+        size: Option<String>,
+        /// Block size in bytes (default: 1024 below 512 MiB, else 4096).
+        #[arg(long)]
+        block_size: Option<u32>,
+        /// Journal size in blocks (default by size, as mkfs.ext4).
+        #[arg(long)]
+        journal_blocks: Option<u32>,
+        /// Reserve a fast-commit area (the fast_commit feature).
+        #[arg(long)]
+        fast_commit: bool,
+        /// Volume label (up to 16 bytes).
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// Check a file system without changing it, like e2fsck -fn.
+    /// Exit status: 0 clean, 4 problems found, 8 could not check.
+    ///
+    /// Example: jext fsck disk.img
+    Fsck { image: PathBuf },
+    /// Show on-disk structures.
+    ///
+    /// Examples: jext debug disk.img superblock
+    ///           jext debug disk.img inode 12
+    ///           jext debug disk.img dir /etc
+    ///           jext debug disk.img journal
+    Debug {
+        image: PathBuf,
+        #[command(subcommand)]
+        what: tools::DebugCommand,
+    },
+}
+
+/// Runs a parsed command; returns the exit status.
+pub fn run(cli: Cli) -> i32 {
+    match cli.command {
+        Command::Demo { keep } => demo::run(keep),
+        Command::Mkfs {
+            image,
+            size,
+            block_size,
+            journal_blocks,
+            fast_commit,
+            label,
+        } => tools::mkfs(
+            &image,
+            size.as_deref(),
+            block_size,
+            journal_blocks,
+            fast_commit,
+            label,
+        ),
+        Command::Fsck { image } => tools::fsck(&image),
+        Command::Debug { image, what } => tools::debug(&image, what),
+    }
+}

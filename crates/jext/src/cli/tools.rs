@@ -1,0 +1,154 @@
+//! `jext mkfs`, `jext fsck` and `jext debug`.
+
+use clap::Subcommand;
+use jext::{dump, fsck as check, mkfs as make, DebugWhat, FileDevice, MkfsOptions};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Subcommand)]
+pub enum DebugCommand {
+    /// The superblock.
+    Superblock,
+    /// Every group descriptor.
+    Groups,
+    /// One inode, with its extents.
+    Inode { number: u32 },
+    /// A directory's entries.
+    Dir { path: String },
+    /// The journal as it is on disk: transactions, logged blocks, revokes.
+    Journal,
+}
+
+pub fn mkfs(
+    image: &Path,
+    size: Option<&str>,
+    block_size: Option<u32>,
+    journal_blocks: Option<u32>,
+    fast_commit: bool,
+    label: String,
+) -> i32 {
+    let fail = |what: String| {
+        eprintln!("jext mkfs: {what}");
+        1
+    };
+    let is_device = std::fs::metadata(image).is_ok_and(|m| {
+        use std::os::unix::fs::FileTypeExt;
+        m.file_type().is_block_device()
+    });
+    let (device, zeroed): (Arc<dyn jext::BlockDevice>, bool) = match (size, is_device) {
+        (Some(_), true) => {
+            return fail(format!(
+                "{} is a block device; --size is for image files",
+                image.display()
+            ))
+        }
+        (Some(text), false) => {
+            let bytes = match jext_fs::options::parse_size("--size", text) {
+                Ok(b) => b as u64,
+                Err(e) => return fail(e.to_string()),
+            };
+            // A fresh sparse file reads as zeros, so nothing needs zeroing.
+            if let Err(e) = std::fs::File::create(image).and_then(|f| f.set_len(bytes)) {
+                return fail(format!("cannot create {}: {e}", image.display()));
+            }
+            match FileDevice::open(image, false) {
+                Ok(d) => (Arc::new(d), true),
+                Err(e) => return fail(e.to_string()),
+            }
+        }
+        (None, _) => match jext::open_device(image, false) {
+            Ok(d) => (d, false),
+            Err(e) => return fail(format!("{e} (give --size to create an image file)")),
+        },
+    };
+    let opts = MkfsOptions {
+        block_size,
+        journal_blocks,
+        fast_commit,
+        label,
+        assume_zeroed: zeroed,
+        ..MkfsOptions::default()
+    };
+    match make(device, &opts) {
+        Ok(r) => {
+            println!(
+                "made {}: {} blocks of {} bytes, {} groups, {} inodes, journal {} blocks{}",
+                image.display(),
+                r.blocks,
+                r.block_size,
+                r.groups,
+                r.inodes,
+                r.journal_blocks,
+                if r.fast_commit_blocks > 0 {
+                    format!(" + {} fast-commit blocks", r.fast_commit_blocks)
+                } else {
+                    String::new()
+                }
+            );
+            0
+        }
+        Err(e) => fail(e.to_string()),
+    }
+}
+
+pub fn fsck(image: &Path) -> i32 {
+    let device = match jext::open_device(image, true) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("jext fsck: {e}");
+            return 8;
+        }
+    };
+    match check(device) {
+        Ok(report) => {
+            for note in &report.notes {
+                println!("note: {note}");
+            }
+            for problem in &report.problems {
+                println!("problem: {problem}");
+            }
+            println!(
+                "{}: {}/{} inodes, {}/{} blocks in use, {} directories: {}",
+                image.display(),
+                report.inodes_in_use,
+                report.inodes_total,
+                report.blocks_in_use,
+                report.blocks_total,
+                report.directories,
+                if report.is_clean() {
+                    "clean".to_string()
+                } else {
+                    format!("{} problems", report.problems.len())
+                }
+            );
+            report.exit_code()
+        }
+        Err(e) => {
+            eprintln!("jext fsck: {e}");
+            8
+        }
+    }
+}
+
+pub fn debug(image: &Path, what: DebugCommand) -> i32 {
+    let what = match what {
+        DebugCommand::Superblock => DebugWhat::Superblock,
+        DebugCommand::Groups => DebugWhat::Groups,
+        DebugCommand::Inode { number } => DebugWhat::Inode(number),
+        DebugCommand::Dir { path } => DebugWhat::Dir(path),
+        DebugCommand::Journal => DebugWhat::Journal,
+    };
+    let result = jext::open_device(image, true)
+        .map_err(jext::FsError::from)
+        .and_then(|d| dump(d, &what));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            0
+        }
+        Err(e) => {
+            eprintln!("jext debug: {e}");
+            1
+        }
+    }
+}
