@@ -8,6 +8,10 @@
 //! `s_checksum_seed` when the `csum_seed` feature is set. Structures owned by an inode
 //! (extent blocks, directory blocks, the inode itself) continue from the *inode seed*:
 //! `raw(raw(fs_seed, le32 ino), le32 generation)`.
+//!
+//! Promise: pure functions, bit-exact with the kernel (checked against Linux-written
+//! images in `tests/format_real_image.rs`). They compute checksums; deciding whether a
+//! structure has one (metadata_csum, gdt_csum, neither) is the caller's job.
 
 /// CRC32C of `data` continued from `seed`, without final inversion (`ext4_chksum`).
 pub fn crc32c_raw(seed: u32, data: &[u8]) -> u32 {

@@ -9,8 +9,16 @@
 //!         8 4 checksum = crc32c_raw(inode_seed, block[..block_size - 12])
 //! ```
 //!
-//! `rec_len` 65535 (or 0) means 65536 in 64 KiB blocks. A record's slack past
-//! `8 + name_len` (rounded up to 4) is free space that an insertion may split off.
+//! `rec_len` 65535 (or 0) means 65536 in 64 KiB blocks, and a `rec_len` of 65536 or more
+//! keeps bits 16..17 in its low two bits (which are otherwise always zero). A record's
+//! slack past `8 + name_len` (rounded up to 4) is free space that an insertion may split
+//! off. The first record of a directory's first block is ".", the second "..".
+//!
+//! Promise: [`parse_block`] accepts a block only if its records chain exactly to the end
+//! of the entry area (the tail, if any), each `rec_len` is a multiple of 4, at least 8 and
+//! at least what its name needs, and used records have a name; it reports the byte offset
+//! of the first bad record. The editing helpers keep those rules and expect a block that
+//! already parses (they are given blocks the caller has verified).
 
 use super::csum::crc32c_raw;
 use super::le::{put_u16, put_u32, u16_at, u32_at};
@@ -20,6 +28,16 @@ pub const ENTRY_HEADER: usize = 8;
 pub const TAIL_SIZE: usize = 12;
 pub const TAIL_FILE_TYPE: u8 = 0xDE;
 pub const MAX_NAME_LEN: usize = 255;
+
+/// `file_type` codes (with the filetype feature; 0 otherwise).
+pub const FT_UNKNOWN: u8 = 0;
+pub const FT_REG_FILE: u8 = 1;
+pub const FT_DIR: u8 = 2;
+pub const FT_CHRDEV: u8 = 3;
+pub const FT_BLKDEV: u8 = 4;
+pub const FT_FIFO: u8 = 5;
+pub const FT_SOCK: u8 = 6;
+pub const FT_SYMLINK: u8 = 7;
 
 /// Bytes an entry with a name of `name_len` needs.
 pub fn entry_size(name_len: usize) -> usize {
@@ -206,6 +224,25 @@ pub fn init_empty_block(block: &mut [u8], with_tail: bool) {
     }
 }
 
+/// A directory's first block: "." (`self_ino`), then ".." (`parent_ino`) holding the
+/// rest of the entry area. `file_type` is [`FT_DIR`] with the filetype feature, else 0.
+pub fn init_dot_block(
+    block: &mut [u8],
+    self_ino: u32,
+    parent_ino: u32,
+    file_type: u8,
+    with_tail: bool,
+) {
+    block.fill(0);
+    let end = entries_end(block.len(), with_tail);
+    let dot_len = entry_size(1);
+    write_entry(block, 0, self_ino, dot_len, file_type, b".");
+    write_entry(block, dot_len, parent_ino, end - dot_len, file_type, b"..");
+    if with_tail {
+        write_tail(block);
+    }
+}
+
 /// The checksum a block with a tail should carry.
 pub fn compute_checksum(block: &[u8], inode_seed: u32) -> u32 {
     crc32c_raw(inode_seed, &block[..block.len() - TAIL_SIZE])
@@ -315,6 +352,42 @@ mod tests {
             65532
         );
         assert_eq!(rec_len_to_disk(1012, 1024), 1012);
+    }
+
+    #[test]
+    fn dot_block_has_dot_and_dotdot() {
+        let loc = Location::Block {
+            block: 9,
+            ino: Some(12),
+        };
+        for (bs, tail) in [(1024, true), (65536, false), (65536, true)] {
+            let mut block = vec![0xFFu8; bs];
+            init_dot_block(&mut block, 12, 2, FT_DIR, tail);
+            let entries = parse_block(&block, tail, loc).unwrap();
+            let names: Vec<(&[u8], u32, usize)> = entries
+                .iter()
+                .map(|e| (e.name.as_slice(), e.inode, e.rec_len))
+                .collect();
+            let rest = entries_end(bs, tail) - 12;
+            assert_eq!(names, vec![(&b"."[..], 12, 12), (&b".."[..], 2, rest)]);
+        }
+    }
+
+    #[test]
+    fn an_empty_64k_block_stores_rec_len_65535() {
+        let mut block = vec![0u8; 65536];
+        init_empty_block(&mut block, false);
+        assert_eq!(u16_at(&block, 4), 65535);
+        let e = &parse_block(
+            &block,
+            false,
+            Location::Block {
+                block: 1,
+                ino: None,
+            },
+        )
+        .unwrap()[0];
+        assert_eq!((e.inode, e.rec_len), (0, 65536));
     }
 
     #[test]

@@ -12,6 +12,12 @@
 //!          4 4 ei_leaf_lo          8 2 ei_leaf_hi (child node block)  10 2 ei_unused
 //! tail:    0 4 et_checksum = crc32c_raw(inode_seed, block[..12 + 12 * eh_max])
 //! ```
+//!
+//! Promise: decode accepts only what the kernel's `ext4_ext_check` accepts for a node on
+//! its own (magic, `eh_max` within the space, entries within `eh_max`, depth at most 5,
+//! no empty index node, extents non-empty, in order, not overlapping and not past logical
+//! block 2^32 - 1; index entries strictly increasing). Whether a child's depth and range
+//! agree with its parent is the tree walker's check. Encode asserts the same rules.
 
 use super::csum::crc32c_raw;
 use super::le::{put_u16, put_u32, u16_at, u32_at};
@@ -116,6 +122,9 @@ impl Node {
         if depth > MAX_DEPTH {
             return Err(err(format!("eh_depth {depth} exceeds {MAX_DEPTH}")));
         }
+        if depth > 0 && entries == 0 {
+            return Err(err(format!("index node of depth {depth} has no entries")));
+        }
         let at = |i: usize| HEADER_SIZE + i * ENTRY_SIZE;
         let entries = if depth == 0 {
             let mut list = Vec::with_capacity(usize::from(entries));
@@ -136,6 +145,12 @@ impl Node {
                     start: u64::from(u32_at(b, 8)) | u64::from(u16_at(b, 6)) << 32,
                     unwritten,
                 };
+                if e.end() > 1 << 32 {
+                    return Err(err(format!(
+                        "extent {i} (logical {}, length {len}) runs past logical block 2^32",
+                        e.logical
+                    )));
+                }
                 if let Some(prev) = list.last() {
                     let prev: &Extent = prev;
                     if u64::from(e.logical) < prev.end() {
@@ -201,6 +216,7 @@ impl Node {
                         MAX_INIT_LEN
                     };
                     assert!(e.len >= 1 && e.len <= max, "extent length {}", e.len);
+                    assert!(e.end() <= 1 << 32, "extent past logical block 2^32");
                     assert!(
                         e.start >> 48 == 0,
                         "physical block {} beyond 48 bits",
@@ -357,5 +373,27 @@ mod tests {
             .unwrap_err()
             .problem
             .contains("overlaps"));
+        put_u32(&mut root, HEADER_SIZE + ENTRY_SIZE, u32::MAX);
+        put_u16(&mut root, HEADER_SIZE + ENTRY_SIZE + 4, 2);
+        assert!(Node::decode(&root, true, loc)
+            .unwrap_err()
+            .problem
+            .contains("past logical block"));
+        let empty_index = Node {
+            depth: 1,
+            max_entries: 4,
+            generation: 0,
+            entries: Entries::Index(vec![]),
+        };
+        empty_index.encode(&mut root, true, None);
+        assert!(Node::decode(&root, true, loc)
+            .unwrap_err()
+            .problem
+            .contains("no entries"));
+        put_u16(&mut root, 6, 6);
+        assert!(Node::decode(&root, true, loc)
+            .unwrap_err()
+            .problem
+            .contains("eh_depth 6"));
     }
 }

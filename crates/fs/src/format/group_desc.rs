@@ -19,12 +19,18 @@
 //! 0x1E 2 bg_checksum
 //! ```
 //!
+//! Promise: decode verifies the checksum and combines lo/hi halves (32-byte descriptors
+//! have no high halves, so those read as zero); [`GroupDesc::check_against`] checks the
+//! locations against the superblock. Encode refuses values the descriptor size cannot
+//! hold. Neither ever fixes a count.
+//!
 //! The checksum with metadata_csum is the low 16 bits of
 //! `crc32c_raw(fs_seed, le32 group ‖ descriptor with bg_checksum as zero)`; with the older
 //! gdt_csum it is `crc16(crc16(!0, uuid) ‖ le32 group ‖ descriptor without bg_checksum)`.
 
 use super::csum::{crc16, crc32c_raw};
 use super::le::{put_u16, put_u32, u16_at, u32_at};
+use super::superblock::Superblock;
 use super::{FormatError, Location};
 
 pub const FLAG_INODE_UNINIT: u16 = 0x1;
@@ -156,6 +162,51 @@ impl GroupDesc {
         put_u16(out, CHECKSUM_OFFSET, value);
     }
 
+    /// Checks that the bitmaps and the inode table lie inside the file system (inside
+    /// the group itself without flex_bg), off the primary superblock, and that the counts
+    /// fit the group. Decode cannot do this alone: it needs the superblock's geometry.
+    pub fn check_against(&self, group: u32, sb: &Superblock) -> Result<(), FormatError> {
+        let err = |problem: String| {
+            FormatError::new("group descriptor", Location::GroupDesc { group }, problem)
+        };
+        let first_data_block = u64::from(sb.first_data_block());
+        let (low, high) = if sb.has_flex_bg() {
+            (first_data_block, sb.blocks_count())
+        } else {
+            let start = first_data_block + u64::from(group) * u64::from(sb.blocks_per_group());
+            (
+                start,
+                (start + u64::from(sb.blocks_per_group())).min(sb.blocks_count()),
+            )
+        };
+        let table_blocks = (u64::from(sb.inodes_per_group()) * u64::from(sb.inode_size()))
+            .div_ceil(u64::from(sb.block_size()));
+        let superblock_block = u64::from(sb.block_size() == 1024);
+        for (what, start, len) in [
+            ("block bitmap", self.block_bitmap, 1),
+            ("inode bitmap", self.inode_bitmap, 1),
+            ("inode table", self.inode_table, table_blocks),
+        ] {
+            if start < low || start.saturating_add(len) > high || start == superblock_block {
+                return Err(err(format!(
+                    "{what} at block {start} ({len} blocks) is outside {low}..{high}"
+                )));
+            }
+        }
+        let ipg = sb.inodes_per_group();
+        for (what, count, limit) in [
+            ("free blocks", self.free_blocks, sb.blocks_per_group()),
+            ("free inodes", self.free_inodes, ipg),
+            ("used directories", self.used_dirs, ipg),
+            ("unused inode table entries", self.itable_unused, ipg),
+        ] {
+            if count > limit {
+                return Err(err(format!("{count} {what} in a group of {limit}")));
+            }
+        }
+        Ok(())
+    }
+
     pub fn has_flag(&self, flag: u16) -> bool {
         self.flags & flag != 0
     }
@@ -215,6 +266,39 @@ mod tests {
             itable_unused: 2037,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn locations_are_checked_against_the_superblock() {
+        let sb = crate::format::superblock::tests::sample();
+        let good = GroupDesc {
+            block_bitmap: 259,
+            inode_bitmap: 275,
+            inode_table: 291,
+            free_blocks: 100,
+            free_inodes: 2000,
+            ..Default::default()
+        };
+        good.check_against(3, &sb).unwrap();
+        let outside = GroupDesc {
+            inode_table: 65536 - 10,
+            ..good
+        };
+        let err = outside.check_against(3, &sb).unwrap_err();
+        assert!(
+            err.problem.contains("inode table at block 65526")
+                && err.location == Location::GroupDesc { group: 3 },
+            "{err}"
+        );
+        let too_free = GroupDesc {
+            free_inodes: 2049,
+            ..good
+        };
+        assert!(too_free
+            .check_against(0, &sb)
+            .unwrap_err()
+            .problem
+            .contains("2049 free inodes"));
     }
 
     #[test]

@@ -19,8 +19,19 @@
 //! Entry `i` says: names whose hash is at least `hash[i]` (and below `hash[i+1]`) live in
 //! the subtree at logical directory block `block[i]`. Bit 0 of a hash marks that a
 //! collision run continues from the previous leaf.
+//!
+//! `hash_version` on disk is 0 (legacy), 1 (half-MD4) or 2 (TEA); the unsigned variants
+//! (3..5) exist only in memory, chosen by the superblock's `s_flags`, never on disk.
+//! `limit` is `(block_size - count_offset - tail) / 8` with an 8-byte tail under
+//! metadata_csum: a 1 KiB root holds 124 entries (123 with the tail), a 1 KiB node 127
+//! (126), a 4 KiB root 508 (507). The kernel refuses any other `limit`.
+//!
+//! Promise: decode checks the fake entries, `dx_root_info`, `limit`, `count` and the
+//! order of the hashes, and names the block; checksum verification is separate (the
+//! caller knows the inode seed). Encode asserts sorted, non-empty entries within `limit`.
 
 use super::csum::crc32c_raw;
+use super::hash::HASH_TEA;
 use super::le::{put_u16, put_u32, u16_at, u32_at};
 use super::{FormatError, Location};
 
@@ -138,6 +149,12 @@ pub fn decode_root(
             block[0x1D]
         )));
     }
+    if block[0x1C] > HASH_TEA {
+        return Err(err(format!(
+            "hash_version {} (on disk only 0 legacy, 1 half_md4, 2 tea)",
+            block[0x1C]
+        )));
+    }
     let info = DxRootInfo {
         dot_inode: u32_at(block, 0),
         dotdot_inode: u32_at(block, 0x0C),
@@ -158,6 +175,11 @@ pub fn decode_root(
 
 /// Encodes a root block.
 pub fn encode_root(block: &mut [u8], info: &DxRootInfo, entries: &[DxEntry], with_tail: bool) {
+    assert!(
+        info.hash_version <= HASH_TEA,
+        "hash_version {} is not an on-disk value",
+        info.hash_version
+    );
     let bs = block.len();
     block[..ROOT_COUNT_OFFSET].fill(0);
     put_u32(block, 0, info.dot_inode);
@@ -283,6 +305,14 @@ mod tests {
         );
         verify_checksum(&block, ROOT_COUNT_OFFSET, 7, loc).unwrap();
         assert_eq!(limit(4096, ROOT_COUNT_OFFSET, true), 507);
+        assert_eq!(limit(1024, ROOT_COUNT_OFFSET, false), 124);
+        assert_eq!(limit(1024, NODE_COUNT_OFFSET, true), 126);
+        let mut bad = block.clone();
+        bad[0x1C] = 4;
+        assert!(decode_root(&bad, true, loc)
+            .unwrap_err()
+            .problem
+            .contains("hash_version 4"));
 
         let mut node = vec![0u8; 1024];
         encode_node(&mut node, &entries, false);

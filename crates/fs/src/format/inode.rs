@@ -25,6 +25,12 @@
 //!                                        0x9C 4 i_projid
 //! ```
 //!
+//! Promise: an [`Inode`] is the raw record with typed accessors, so every byte (the
+//! extra fields jext does not use, the in-inode xattr area) round-trips exactly. Decode
+//! checks the record size, `i_extra_isize` and the checksum; it does not judge the mode,
+//! flags or block map (those belong to the code that uses them). Fields beyond
+//! `i_extra_isize` read as zero and are not written.
+//!
 //! Times are a signed 32-bit seconds field plus an `_extra` word: bits 2..31 are
 //! nanoseconds, bits 0..1 extend the seconds by multiples of 2^32 (to year 2446).
 //!
@@ -52,7 +58,13 @@ pub mod flags {
     pub const APPEND: u32 = 0x20;
     pub const NODUMP: u32 = 0x40;
     pub const NOATIME: u32 = 0x80;
+    pub const DIRTY: u32 = 0x100;
+    pub const COMPRBLK: u32 = 0x200;
+    pub const NOCOMPR: u32 = 0x400;
+    pub const ENCRYPT: u32 = 0x800;
+    /// Directory with an htree index.
     pub const INDEX: u32 = 0x1000;
+    pub const IMAGIC: u32 = 0x2000;
     pub const JOURNAL_DATA: u32 = 0x4000;
     pub const NOTAIL: u32 = 0x8000;
     pub const DIRSYNC: u32 = 0x10000;
@@ -61,6 +73,8 @@ pub mod flags {
     pub const EXTENTS: u32 = 0x80000;
     pub const VERITY: u32 = 0x100000;
     pub const EA_INODE: u32 = 0x200000;
+    pub const EOFBLOCKS: u32 = 0x400000;
+    pub const DAX: u32 = 0x2000000;
     pub const INLINE_DATA: u32 = 0x10000000;
     pub const PROJINHERIT: u32 = 0x20000000;
     pub const CASEFOLD: u32 = 0x40000000;
@@ -276,6 +290,43 @@ impl Inode {
         }
     }
 
+    /// The 64-bit change counter: `l_i_version` and, when the extra fields reach it,
+    /// `i_version_hi`.
+    pub fn version(&self) -> u64 {
+        let hi = if self.has_extra(0x9C) {
+            u32_at(&self.raw, 0x98)
+        } else {
+            0
+        };
+        u64::from(self.version_lo()) | u64::from(hi) << 32
+    }
+    pub fn set_version(&mut self, version: u64) {
+        self.set_version_lo(version as u32);
+        if self.has_extra(0x9C) {
+            put_u32(&mut self.raw, 0x98, (version >> 32) as u32);
+        } else {
+            assert!(version >> 32 == 0, "no room for i_version_hi");
+        }
+    }
+    /// The project id (0 when the extra fields do not reach `i_projid`).
+    pub fn projid(&self) -> u32 {
+        if self.has_extra(0xA0) {
+            u32_at(&self.raw, 0x9C)
+        } else {
+            0
+        }
+    }
+    pub fn set_projid(&mut self, projid: u32) {
+        assert!(
+            self.has_extra(0xA0) || projid == 0,
+            "no room for i_projid with i_extra_isize {}",
+            self.extra_isize()
+        );
+        if self.has_extra(0xA0) {
+            put_u32(&mut self.raw, 0x9C, projid);
+        }
+    }
+
     /// The bytes after the extra fields: the in-inode xattr area (may be empty).
     pub fn xattr_area(&self) -> &[u8] {
         let start = (GOOD_OLD_INODE_SIZE + usize::from(self.extra_isize())).min(self.raw.len());
@@ -434,6 +485,13 @@ mod tests {
             }
         );
         assert_eq!(back.file_acl(), 0x1_0000_0002);
+        assert_eq!(
+            back.crtime(),
+            InodeTime {
+                seconds: 3,
+                nanoseconds: 4
+            }
+        );
         let err = Inode::decode(&bytes, 13, Some(0x1234)).unwrap_err();
         assert!(err.to_string().contains("inode 13"), "{err}");
         let mut bad = bytes.clone();
@@ -442,6 +500,18 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("i_extra_isize"));
+    }
+
+    #[test]
+    fn version_and_projid_need_the_extra_fields() {
+        let mut inode = Inode::new(256, 32);
+        inode.set_version(0x1_0000_0002);
+        inode.set_projid(9);
+        assert_eq!((inode.version(), inode.projid()), (0x1_0000_0002, 9));
+        let mut short = Inode::new(256, 28);
+        short.set_version(5);
+        assert_eq!((short.version(), short.projid()), (5, 0));
+        assert_eq!(&short.raw()[0x9C..0xA0], &[0; 4]);
     }
 
     #[test]

@@ -83,6 +83,7 @@ pub mod extent;
 pub mod group_desc;
 pub mod hash;
 pub mod htree;
+pub mod indirect;
 pub mod inode;
 pub mod superblock;
 pub mod xattr;

@@ -113,6 +113,7 @@
 //! ```
 
 use super::csum::crc32c_raw;
+use super::group_desc::GroupCsum;
 use super::le::{put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
 use super::{FormatError, Location};
 
@@ -275,6 +276,25 @@ macro_rules! fields {
     (@put u64, $b:expr, $off:expr, $v:expr) => { put_u64($b, $off, $v) };
 }
 
+macro_rules! byte_fields {
+    ($($get:ident / $set:ident : $len:literal @ $off:expr;)*) => {
+        $(
+            pub fn $get(&self) -> [u8; $len] {
+                self.raw[$off..$off + $len].try_into().expect("field length")
+            }
+            pub fn $set(&mut self, value: [u8; $len]) {
+                self.raw[$off..$off + $len].copy_from_slice(&value)
+            }
+        )*
+    };
+}
+
+macro_rules! feature_predicates {
+    ($($name:ident: $test:ident($bit:path);)*) => {
+        $( pub fn $name(&self) -> bool { self.$test($bit) } )*
+    };
+}
+
 impl Superblock {
     /// A zeroed superblock for mkfs to fill in.
     pub fn zeroed() -> Superblock {
@@ -299,15 +319,22 @@ impl Superblock {
         magic / set_magic: u16 @ 0x38;
         state / set_state: u16 @ 0x3A;
         errors / set_errors: u16 @ 0x3C;
+        minor_rev_level / set_minor_rev_level: u16 @ 0x3E;
         lastcheck / set_lastcheck: u32 @ 0x40;
+        checkinterval / set_checkinterval: u32 @ 0x44;
         creator_os / set_creator_os: u32 @ 0x48;
         rev_level / set_rev_level: u32 @ 0x4C;
+        def_resuid / set_def_resuid: u16 @ 0x50;
+        def_resgid / set_def_resgid: u16 @ 0x52;
         first_ino / set_first_ino: u32 @ 0x54;
         inode_size / set_inode_size: u16 @ 0x58;
         block_group_nr / set_block_group_nr: u16 @ 0x5A;
         feature_compat / set_feature_compat: u32 @ 0x5C;
         feature_incompat / set_feature_incompat: u32 @ 0x60;
         feature_ro_compat / set_feature_ro_compat: u32 @ 0x64;
+        algorithm_usage_bitmap / set_algorithm_usage_bitmap: u32 @ 0xC8;
+        prealloc_blocks / set_prealloc_blocks: u8 @ 0xCC;
+        prealloc_dir_blocks / set_prealloc_dir_blocks: u8 @ 0xCD;
         reserved_gdt_blocks / set_reserved_gdt_blocks: u16 @ 0xCE;
         journal_inum / set_journal_inum: u32 @ 0xE0;
         journal_dev / set_journal_dev: u32 @ 0xE4;
@@ -316,16 +343,106 @@ impl Superblock {
         jnl_backup_type / set_jnl_backup_type: u8 @ 0xFD;
         desc_size_raw / set_desc_size_raw: u16 @ 0xFE;
         default_mount_opts / set_default_mount_opts: u32 @ 0x100;
+        first_meta_bg / set_first_meta_bg: u32 @ 0x104;
         mkfs_time / set_mkfs_time: u32 @ 0x108;
         min_extra_isize / set_min_extra_isize: u16 @ 0x15C;
         want_extra_isize / set_want_extra_isize: u16 @ 0x15E;
         flags / set_flags: u32 @ 0x160;
+        raid_stride / set_raid_stride: u16 @ 0x164;
+        mmp_update_interval / set_mmp_update_interval: u16 @ 0x166;
+        mmp_block / set_mmp_block: u64 @ 0x168;
+        raid_stripe_width / set_raid_stripe_width: u32 @ 0x170;
         log_groups_per_flex / set_log_groups_per_flex: u8 @ 0x174;
         checksum_type / set_checksum_type: u8 @ 0x175;
+        encryption_level / set_encryption_level: u8 @ 0x176;
         kbytes_written / set_kbytes_written: u64 @ 0x178;
+        snapshot_inum / set_snapshot_inum: u32 @ 0x180;
+        snapshot_id / set_snapshot_id: u32 @ 0x184;
+        snapshot_r_blocks_count / set_snapshot_r_blocks_count: u64 @ 0x188;
+        snapshot_list / set_snapshot_list: u32 @ 0x190;
+        error_count / set_error_count: u32 @ 0x194;
+        first_error_time / set_first_error_time: u32 @ 0x198;
+        first_error_ino / set_first_error_ino: u32 @ 0x19C;
+        first_error_block / set_first_error_block: u64 @ 0x1A0;
+        first_error_line / set_first_error_line: u32 @ 0x1C8;
+        last_error_time / set_last_error_time: u32 @ 0x1CC;
+        last_error_ino / set_last_error_ino: u32 @ 0x1D0;
+        last_error_line / set_last_error_line: u32 @ 0x1D4;
+        last_error_block / set_last_error_block: u64 @ 0x1D8;
+        usr_quota_inum / set_usr_quota_inum: u32 @ 0x240;
+        grp_quota_inum / set_grp_quota_inum: u32 @ 0x244;
         overhead_clusters / set_overhead_clusters: u32 @ 0x248;
+        lpf_ino / set_lpf_ino: u32 @ 0x268;
+        prj_quota_inum / set_prj_quota_inum: u32 @ 0x26C;
         checksum_seed_field / set_checksum_seed_field: u32 @ 0x270;
+        wtime_hi / set_wtime_hi: u8 @ 0x274;
+        mtime_hi / set_mtime_hi: u8 @ 0x275;
+        mkfs_time_hi / set_mkfs_time_hi: u8 @ 0x276;
+        lastcheck_hi / set_lastcheck_hi: u8 @ 0x277;
+        first_error_time_hi / set_first_error_time_hi: u8 @ 0x278;
+        last_error_time_hi / set_last_error_time_hi: u8 @ 0x279;
+        first_error_errcode / set_first_error_errcode: u8 @ 0x27A;
+        last_error_errcode / set_last_error_errcode: u8 @ 0x27B;
+        encoding / set_encoding: u16 @ 0x27C;
+        encoding_flags / set_encoding_flags: u16 @ 0x27E;
+        orphan_file_inum / set_orphan_file_inum: u32 @ 0x280;
         stored_checksum / set_stored_checksum: u32 @ 0x3FC;
+    }
+
+    byte_fields! {
+        last_mounted / set_last_mounted: 64 @ 0x88;
+        journal_uuid / set_journal_uuid: 16 @ 0xD0;
+        first_error_func / set_first_error_func: 32 @ 0x1A8;
+        last_error_func / set_last_error_func: 32 @ 0x1E0;
+        mount_opts / set_mount_opts: 64 @ 0x200;
+        encrypt_algos / set_encrypt_algos: 4 @ 0x254;
+        encrypt_pw_salt / set_encrypt_pw_salt: 16 @ 0x258;
+    }
+
+    /// `s_backup_bgs`: the only groups with backup superblocks under sparse_super2.
+    pub fn backup_bgs(&self) -> [u32; 2] {
+        [u32_at(&self.raw, 0x24C), u32_at(&self.raw, 0x250)]
+    }
+    pub fn set_backup_bgs(&mut self, groups: [u32; 2]) {
+        put_u32(&mut self.raw, 0x24C, groups[0]);
+        put_u32(&mut self.raw, 0x250, groups[1]);
+    }
+
+    /// Seconds since the epoch from a le32 field and its high byte (40 bits, unsigned).
+    fn seconds_at(&self, lo: usize, hi: usize) -> i64 {
+        i64::from(u32_at(&self.raw, lo)) | i64::from(self.raw[hi]) << 32
+    }
+    fn set_seconds_at(&mut self, lo: usize, hi: usize, seconds: i64) {
+        assert!(
+            (0..1 << 40).contains(&seconds),
+            "superblock time {seconds} does not fit 40 bits"
+        );
+        put_u32(&mut self.raw, lo, seconds as u32);
+        self.raw[hi] = (seconds >> 32) as u8;
+    }
+    pub fn mount_time_seconds(&self) -> i64 {
+        self.seconds_at(0x2C, 0x275)
+    }
+    pub fn set_mount_time_seconds(&mut self, seconds: i64) {
+        self.set_seconds_at(0x2C, 0x275, seconds)
+    }
+    pub fn write_time_seconds(&self) -> i64 {
+        self.seconds_at(0x30, 0x274)
+    }
+    pub fn set_write_time_seconds(&mut self, seconds: i64) {
+        self.set_seconds_at(0x30, 0x274, seconds)
+    }
+    pub fn mkfs_time_seconds(&self) -> i64 {
+        self.seconds_at(0x108, 0x276)
+    }
+    pub fn set_mkfs_time_seconds(&mut self, seconds: i64) {
+        self.set_seconds_at(0x108, 0x276, seconds)
+    }
+    pub fn lastcheck_seconds(&self) -> i64 {
+        self.seconds_at(0x40, 0x277)
+    }
+    pub fn set_lastcheck_seconds(&mut self, seconds: i64) {
+        self.set_seconds_at(0x40, 0x277, seconds)
     }
 
     pub fn blocks_count(&self) -> u64 {
@@ -409,8 +526,89 @@ impl Superblock {
     pub fn has_ro_compat(&self, bit: u32) -> bool {
         self.feature_ro_compat() & bit != 0
     }
-    pub fn has_metadata_csum(&self) -> bool {
-        self.has_ro_compat(features::RO_COMPAT_METADATA_CSUM)
+    feature_predicates! {
+        has_journal: has_compat(features::COMPAT_HAS_JOURNAL);
+        has_ext_attr: has_compat(features::COMPAT_EXT_ATTR);
+        has_resize_inode: has_compat(features::COMPAT_RESIZE_INODE);
+        has_dir_index: has_compat(features::COMPAT_DIR_INDEX);
+        has_sparse_super2: has_compat(features::COMPAT_SPARSE_SUPER2);
+        has_fast_commit: has_compat(features::COMPAT_FAST_COMMIT);
+        has_orphan_file: has_compat(features::COMPAT_ORPHAN_FILE);
+        has_filetype: has_incompat(features::INCOMPAT_FILETYPE);
+        needs_recovery: has_incompat(features::INCOMPAT_RECOVER);
+        has_meta_bg: has_incompat(features::INCOMPAT_META_BG);
+        has_extents: has_incompat(features::INCOMPAT_EXTENTS);
+        has_64bit: has_incompat(features::INCOMPAT_64BIT);
+        has_flex_bg: has_incompat(features::INCOMPAT_FLEX_BG);
+        has_csum_seed: has_incompat(features::INCOMPAT_CSUM_SEED);
+        has_large_dir: has_incompat(features::INCOMPAT_LARGEDIR);
+        has_inline_data: has_incompat(features::INCOMPAT_INLINE_DATA);
+        has_sparse_super: has_ro_compat(features::RO_COMPAT_SPARSE_SUPER);
+        has_large_file: has_ro_compat(features::RO_COMPAT_LARGE_FILE);
+        has_huge_file: has_ro_compat(features::RO_COMPAT_HUGE_FILE);
+        has_gdt_csum: has_ro_compat(features::RO_COMPAT_GDT_CSUM);
+        has_dir_nlink: has_ro_compat(features::RO_COMPAT_DIR_NLINK);
+        has_extra_isize: has_ro_compat(features::RO_COMPAT_EXTRA_ISIZE);
+        has_bigalloc: has_ro_compat(features::RO_COMPAT_BIGALLOC);
+        has_metadata_csum: has_ro_compat(features::RO_COMPAT_METADATA_CSUM);
+    }
+
+    /// True if group `group` starts with a superblock copy and a descriptor table copy:
+    /// group 0 always; with sparse_super2 only the (at most two) `s_backup_bgs`; with
+    /// sparse_super group 1 and the powers of 3, 5 and 7; otherwise every group.
+    pub fn has_superblock_in_group(&self, group: u32) -> bool {
+        if group == 0 {
+            return true;
+        }
+        if self.has_sparse_super2() {
+            return self.backup_bgs().contains(&group);
+        }
+        if group == 1 || !self.has_sparse_super() {
+            return true;
+        }
+        [3, 5, 7].iter().any(|&base| is_power_of(group, base))
+    }
+
+    /// The groups holding backup superblocks, ascending (the order e2fsprogs lists them
+    /// in, which is also the order of the resize inode's per-block backup lists).
+    pub fn backup_groups(&self) -> Vec<u32> {
+        let count = self.group_count();
+        if self.has_sparse_super2() {
+            let mut groups: Vec<u32> = self
+                .backup_bgs()
+                .into_iter()
+                .filter(|&g| g != 0 && g < count)
+                .collect();
+            groups.sort_unstable();
+            groups.dedup();
+            return groups;
+        }
+        if !self.has_sparse_super() {
+            return (1..count).collect();
+        }
+        let mut groups: Vec<u32> = (count > 1).then_some(1).into_iter().collect();
+        for base in [3u32, 5, 7] {
+            let mut power = u64::from(base);
+            while power < u64::from(count) {
+                groups.push(power as u32);
+                power *= u64::from(base);
+            }
+        }
+        groups.sort_unstable();
+        groups
+    }
+
+    /// How this file system's group descriptors are checksummed.
+    pub fn group_csum(&self) -> GroupCsum {
+        if self.has_metadata_csum() {
+            GroupCsum::Crc32c {
+                fs_seed: self.csum_seed(),
+            }
+        } else if self.has_gdt_csum() {
+            GroupCsum::Crc16 { uuid: self.uuid() }
+        } else {
+            GroupCsum::None
+        }
     }
 
     pub fn block_size(&self) -> u32 {
@@ -479,50 +677,105 @@ impl Superblock {
     }
 
     fn validate_geometry(&self) -> Result<(), String> {
-        if self.log_block_size() > 6 {
-            return Err(format!(
-                "s_log_block_size {} gives a block size over 64 KiB",
-                self.log_block_size()
-            ));
-        }
-        let bs = self.block_size();
         if self.rev_level() != 1 {
             return Err(format!(
                 "revision {} (jext needs the dynamic revision 1)",
                 self.rev_level()
             ));
         }
-        let expected_first = u32::from(bs == 1024);
+        if self.log_block_size() > 6 {
+            return Err(format!(
+                "s_log_block_size {} gives a block size over 64 KiB",
+                self.log_block_size()
+            ));
+        }
+        self.validate_groups()?;
+        self.validate_inodes()?;
+        self.validate_metadata_sizes()?;
+        if self.free_blocks_count() > self.blocks_count() {
+            return Err(format!(
+                "s_free_blocks_count {} exceeds s_blocks_count {}",
+                self.free_blocks_count(),
+                self.blocks_count()
+            ));
+        }
+        if self.free_inodes_count() > self.inodes_count() {
+            return Err(format!(
+                "s_free_inodes_count {} exceeds s_inodes_count {}",
+                self.free_inodes_count(),
+                self.inodes_count()
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_groups(&self) -> Result<(), String> {
+        let bs = self.block_size();
+        let expected_first = u32::from(bs == 1024 && !self.has_bigalloc());
         if self.first_data_block() != expected_first {
             return Err(format!(
                 "s_first_data_block {} (expected {expected_first} for {bs}-byte blocks)",
                 self.first_data_block()
             ));
         }
-        if self.blocks_per_group() == 0 || self.blocks_per_group() > bs * 8 {
+        // Without bigalloc a cluster is a block; the kernel refuses anything else.
+        if !self.has_bigalloc()
+            && (self.log_cluster_size() != self.log_block_size()
+                || self.clusters_per_group() != self.blocks_per_group())
+        {
             return Err(format!(
-                "s_blocks_per_group {} (must be 1..={})",
-                self.blocks_per_group(),
+                "s_log_cluster_size {} / s_clusters_per_group {} differ from the block \
+                 size ({}) / blocks per group ({}) without bigalloc",
+                self.log_cluster_size(),
+                self.clusters_per_group(),
+                self.log_block_size(),
+                self.blocks_per_group()
+            ));
+        }
+        if self.clusters_per_group() == 0 || self.clusters_per_group() > bs * 8 {
+            return Err(format!(
+                "s_clusters_per_group {} (must be 1..={})",
+                self.clusters_per_group(),
                 bs * 8
             ));
         }
-        if self.inodes_per_group() == 0 || self.inodes_per_group() > bs * 8 {
+        if self.blocks_per_group() == 0 {
+            return Err("s_blocks_per_group is 0".into());
+        }
+        if self.blocks_count() <= u64::from(self.first_data_block()) {
             return Err(format!(
-                "s_inodes_per_group {} (must be 1..={})",
-                self.inodes_per_group(),
-                bs * 8
+                "s_blocks_count {} is too small",
+                self.blocks_count()
             ));
         }
+        let groups = (self.blocks_count() - u64::from(self.first_data_block()))
+            .div_ceil(u64::from(self.blocks_per_group()));
+        if groups > u64::from(u32::MAX) {
+            return Err(format!("{groups} block groups do not fit 32 bits"));
+        }
+        if self.has_flex_bg() && self.log_groups_per_flex() > 31 {
+            return Err(format!(
+                "s_log_groups_per_flex {} (at most 31)",
+                self.log_groups_per_flex()
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_inodes(&self) -> Result<(), String> {
+        let bs = self.block_size();
         let inode_size = u32::from(self.inode_size());
         if inode_size < 128 || inode_size > bs || !inode_size.is_power_of_two() {
             return Err(format!(
                 "s_inode_size {inode_size} is not a power of two in 128..={bs}"
             ));
         }
-        if self.blocks_count() <= u64::from(self.first_data_block()) {
+        let per_block = bs / inode_size;
+        if self.inodes_per_group() < per_block || self.inodes_per_group() > bs * 8 {
             return Err(format!(
-                "s_blocks_count {} is too small",
-                self.blocks_count()
+                "s_inodes_per_group {} (must be {per_block}..={})",
+                self.inodes_per_group(),
+                bs * 8
             ));
         }
         let groups = u64::from(self.group_count());
@@ -533,33 +786,78 @@ impl Superblock {
                 self.inodes_per_group()
             ));
         }
-        let desc = self.desc_size();
-        if desc < 32 || desc > bs || !desc.is_power_of_two() {
-            return Err(format!("group descriptor size {desc} is invalid"));
-        }
-        if self.has_incompat(features::INCOMPAT_64BIT) && desc < 64 {
+        // Inodes 1..=10 are reserved for the file system's own use.
+        if self.first_ino() < 11 || self.first_ino() > self.inodes_count() {
             return Err(format!(
-                "64bit file system with {desc}-byte group descriptors"
-            ));
-        }
-        if self.free_blocks_count() > self.blocks_count() {
-            return Err(format!(
-                "s_free_blocks_count {} exceeds s_blocks_count {}",
-                self.free_blocks_count(),
-                self.blocks_count()
+                "s_first_ino {} (must be 11..={})",
+                self.first_ino(),
+                self.inodes_count()
             ));
         }
         Ok(())
     }
 
-    /// Features that forbid any use by jext, by name; empty if none.
+    fn validate_metadata_sizes(&self) -> Result<(), String> {
+        let bs = self.block_size();
+        let desc = self.desc_size();
+        if desc < 32 || desc > bs || !desc.is_power_of_two() {
+            return Err(format!("group descriptor size {desc} is invalid"));
+        }
+        if self.has_64bit() && desc < 64 {
+            return Err(format!(
+                "64bit file system with {desc}-byte group descriptors"
+            ));
+        }
+        // The resize inode's double-indirect block has bs / 4 slots.
+        if u32::from(self.reserved_gdt_blocks()) > bs / 4 {
+            return Err(format!(
+                "s_reserved_gdt_blocks {} exceeds {}",
+                self.reserved_gdt_blocks(),
+                bs / 4
+            ));
+        }
+        Ok(())
+    }
+
+    /// Incompat feature bits jext does not understand (0 if none).
     pub fn unsupported_incompat(&self) -> u32 {
         self.feature_incompat() & !features::INCOMPAT_SUPPORTED
     }
 
-    /// Features that forbid writing, by bit; empty if none.
+    /// Ro-compat feature bits jext cannot keep correct when writing (0 if none).
     pub fn unsupported_ro_compat(&self) -> u32 {
         self.feature_ro_compat() & !features::RO_COMPAT_SUPPORTED
+    }
+
+    /// Refuses a file system jext must not use: any unknown incompat feature, and for
+    /// read-write use any unknown ro_compat feature. The error names every bit.
+    pub fn check_features(&self, read_write: bool) -> Result<(), FormatError> {
+        let location = Location::Superblock {
+            group: u32::from(self.block_group_nr()),
+        };
+        let incompat = self.unsupported_incompat();
+        if incompat != 0 {
+            return Err(FormatError::new(
+                "superblock",
+                location,
+                format!(
+                    "unsupported incompat feature(s): {}",
+                    features::describe(incompat, features::INCOMPAT_NAMES)
+                ),
+            ));
+        }
+        let ro_compat = self.unsupported_ro_compat();
+        if read_write && ro_compat != 0 {
+            return Err(FormatError::new(
+                "superblock",
+                location,
+                format!(
+                    "unsupported ro_compat feature(s) for read-write use: {}",
+                    features::describe(ro_compat, features::RO_COMPAT_NAMES)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The 1024 bytes with a fresh checksum (when metadata_csum is on).
@@ -586,6 +884,13 @@ impl std::fmt::Debug for Superblock {
             .field("groups", &self.group_count())
             .finish_non_exhaustive()
     }
+}
+
+fn is_power_of(mut n: u32, base: u32) -> bool {
+    while n > 1 && n.is_multiple_of(base) {
+        n /= base;
+    }
+    n == 1
 }
 
 #[cfg(test)]
@@ -616,6 +921,8 @@ pub(crate) mod tests {
         sb.set_desc_size_raw(64);
         sb.set_checksum_type(1);
         sb.set_uuid([7; 16]);
+        sb.set_clusters_per_group(8192);
+        sb.set_first_ino(11);
         sb
     }
 
@@ -637,6 +944,74 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn bytes_jext_does_not_interpret_round_trip() {
+        let mut bytes = sample().encode();
+        // Error records, mount options, reserved padding: whatever is there stays.
+        for (i, b) in bytes[0x194..0x240].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        bytes[0x300] = 0xA5;
+        let fresh = Superblock { raw: bytes }.encode();
+        let back = Superblock::decode(&fresh, Location::Superblock { group: 0 }).unwrap();
+        assert_eq!(back.encode(), fresh);
+        assert_eq!(back.first_error_func()[0], (0x1A8 - 0x194) as u8);
+        assert_eq!(back.raw()[0x300], 0xA5);
+    }
+
+    #[test]
+    fn times_use_their_high_bytes() {
+        let mut sb = sample();
+        let year_2100 = 4_102_444_800;
+        sb.set_write_time_seconds(year_2100);
+        sb.set_mount_time_seconds(7);
+        assert_eq!(sb.write_time_seconds(), year_2100);
+        assert_eq!(sb.wtime_hi(), 0);
+        sb.set_write_time_seconds(1 << 33 | 5);
+        assert_eq!((sb.wtime(), sb.wtime_hi()), (5, 2));
+        assert_eq!(sb.mount_time_seconds(), 7);
+    }
+
+    #[test]
+    fn backup_superblocks_follow_sparse_super_and_sparse_super2() {
+        let mut sb = sample();
+        sb.set_blocks_count(8192 * 400 + 1);
+        sb.set_inodes_count(400 * 2048);
+        let groups = sb.backup_groups();
+        assert_eq!(groups, vec![1, 3, 5, 7, 9, 25, 27, 49, 81, 125, 243, 343]);
+        let by_predicate: Vec<u32> = (1..400)
+            .filter(|&g| sb.has_superblock_in_group(g))
+            .collect();
+        assert_eq!(by_predicate, groups);
+
+        sb.set_feature_ro_compat(sb.feature_ro_compat() & !features::RO_COMPAT_SPARSE_SUPER);
+        assert_eq!(sb.backup_groups().len(), 399);
+
+        sb.set_feature_compat(features::COMPAT_SPARSE_SUPER2);
+        sb.set_backup_bgs([399, 1]);
+        assert_eq!(sb.backup_groups(), vec![1, 399]);
+        assert!(sb.has_superblock_in_group(0) && !sb.has_superblock_in_group(3));
+    }
+
+    #[test]
+    fn feature_check_names_what_it_refuses() {
+        let mut sb = sample();
+        sb.check_features(true).unwrap();
+        sb.set_feature_ro_compat(sb.feature_ro_compat() | features::RO_COMPAT_QUOTA);
+        sb.check_features(false).unwrap();
+        let err = sb.check_features(true).unwrap_err();
+        assert_eq!(
+            err.problem,
+            "unsupported ro_compat feature(s) for read-write use: 0x100 (quota)"
+        );
+        sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_INLINE_DATA);
+        let err = sb.check_features(false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "corrupt superblock at the superblock: unsupported incompat feature(s): 0x8000 (inline_data)"
+        );
+    }
+
+    #[test]
     fn names_unknown_features() {
         let mut sb = sample();
         sb.set_feature_incompat(
@@ -648,9 +1023,28 @@ pub(crate) mod tests {
 
     #[test]
     fn rejects_nonsense_geometry() {
-        let mut sb = sample();
-        sb.set_inodes_count(5);
-        let err = Superblock::decode(&sb.encode(), Location::Superblock { group: 0 }).unwrap_err();
-        assert!(err.to_string().contains("s_inodes_count 5"), "{err}");
+        type Spoil = fn(&mut Superblock);
+        let cases: [(Spoil, &str); 6] = [
+            (|sb| sb.set_inodes_count(5), "s_inodes_count 5"),
+            (|sb| sb.set_log_cluster_size(2), "s_log_cluster_size 2"),
+            (|sb| sb.set_first_ino(3), "s_first_ino 3"),
+            (
+                |sb| sb.set_reserved_gdt_blocks(257),
+                "s_reserved_gdt_blocks 257",
+            ),
+            (|sb| sb.set_inode_size(200), "s_inode_size 200"),
+            (|sb| sb.set_magic(0xEF52), "bad magic 0xef52"),
+        ];
+        for (spoil, expected) in cases {
+            let mut sb = sample();
+            spoil(&mut sb);
+            let err =
+                Superblock::decode(&sb.encode(), Location::Superblock { group: 3 }).unwrap_err();
+            assert!(
+                err.to_string().contains(expected)
+                    && err.location == Location::Superblock { group: 3 },
+                "{err}"
+            );
+        }
     }
 }

@@ -14,9 +14,23 @@
 //! end of list:   4 zero bytes
 //! ```
 //!
-//! Values are padded to 4 bytes with zeros. `h_checksum` is
+//! Values are padded to 4 bytes with zeros and lie after the list's terminator. `e_hash`
+//! mixes the name (each byte: `h = h << 5 ^ h >> 27 ^ byte`) then the padded value (each
+//! le32 word: `h = h << 16 ^ h >> 16 ^ word`); Linux before 6.2 read the name bytes as
+//! signed chars, so decode accepts that variant too. In-inode entries carry `e_hash` 0
+//! (as Linux writes them). `h_hash` mixes the entries' hashes (`h = h << 16 ^ h >> 16 ^
+//! e_hash`), or is 0 if any entry's hash is 0. `h_checksum` is
 //! `crc32c_raw(fs_seed, le64 block number ‖ block with h_checksum zero)`. Block entries are
-//! kept sorted by (index, name length, name), as ext4 does.
+//! kept sorted by (index, name length, name), as ext4 does; in-inode entries keep their
+//! order, with the first entry's value at the end of the area, as Linux lays them out.
+//!
+//! Name indexes: 1 "user.", 2 "system.posix_acl_access", 3 "system.posix_acl_default",
+//! 4 "trusted.", 6 "security.", 7 "system.", 8 "system.richacl".
+//!
+//! Promise: decode checks, as the kernel's `ext4_xattr_check_entries` does, that every
+//! name lies inside the area, holds no NUL, and that every value lies after the entry
+//! list and inside the area; values stored in other inodes (ea_inode) are refused. The
+//! encoders return `false` rather than write entries that do not fit.
 
 use super::csum::crc32c_raw;
 use super::le::{put_u16, put_u32, u16_at, u32_at};
@@ -90,17 +104,27 @@ impl XattrEntry {
 
     /// `e_hash`: the name, then the value's le32 words.
     pub fn hash(&self) -> u32 {
-        let mut hash = 0u32;
-        for &b in &self.name {
-            hash = (hash << 5) ^ (hash >> 27) ^ u32::from(b);
-        }
-        let mut padded = self.value.clone();
-        padded.resize(self.value_size(), 0);
-        for word in padded.chunks(4) {
-            hash = (hash << 16) ^ (hash >> 16) ^ u32_at(word, 0);
-        }
-        hash
+        entry_hash(&self.name, &self.value, false)
     }
+}
+
+/// The entry hash, reading name bytes as unsigned (Linux 6.2 on) or signed (before).
+fn entry_hash(name: &[u8], value: &[u8], signed_name: bool) -> u32 {
+    let mut hash = 0u32;
+    for &b in name {
+        let byte = if signed_name {
+            b as i8 as i32 as u32
+        } else {
+            u32::from(b)
+        };
+        hash = (hash << 5) ^ (hash >> 27) ^ byte;
+    }
+    for word in value.chunks(4) {
+        let mut padded = [0u8; 4];
+        padded[..word.len()].copy_from_slice(word);
+        hash = (hash << 16) ^ (hash >> 16) ^ u32::from_le_bytes(padded);
+    }
+    hash
 }
 
 /// Space `entries` need: the entry list with its 4-byte terminator, and the values.
@@ -110,6 +134,61 @@ pub fn space_needed(entries: &[XattrEntry]) -> usize {
         .map(|e| e.entry_size() + e.value_size())
         .sum::<usize>()
         + 4
+}
+
+/// One entry's header fields, before its value is checked.
+struct EntryHeader {
+    offset: usize,
+    name_index: u8,
+    name_len: usize,
+    value_offs: usize,
+    value_inum: u32,
+    value_size: usize,
+    stored_hash: u32,
+}
+
+/// Walks the entry list from `first_entry` to its terminator; returns the entries and
+/// the offset just past the terminator.
+fn read_entry_list(
+    region: &[u8],
+    first_entry: usize,
+    err: &dyn Fn(usize, String) -> FormatError,
+) -> Result<(Vec<EntryHeader>, usize), FormatError> {
+    let mut list = Vec::new();
+    let mut offset = first_entry;
+    loop {
+        if offset + 4 > region.len() {
+            return Err(err(offset, "entry list is not terminated".into()));
+        }
+        if u32_at(region, offset) == 0 {
+            return Ok((list, offset + 4));
+        }
+        if offset + ENTRY_HEADER_SIZE > region.len() {
+            return Err(err(offset, "entry header runs past the end".into()));
+        }
+        let name_len = usize::from(region[offset]);
+        let next = (offset + ENTRY_HEADER_SIZE + name_len + 3) & !3;
+        if next > region.len() {
+            return Err(err(
+                offset,
+                format!("name of {name_len} bytes runs past the end"),
+            ));
+        }
+        let name = &region[offset + ENTRY_HEADER_SIZE..offset + ENTRY_HEADER_SIZE + name_len];
+        if name.contains(&0) {
+            return Err(err(offset, "name contains a NUL byte".into()));
+        }
+        list.push(EntryHeader {
+            offset,
+            name_index: region[offset + 1],
+            name_len,
+            value_offs: usize::from(u16_at(region, offset + 2)),
+            value_inum: u32_at(region, offset + 4),
+            value_size: u32_at(region, offset + 8) as usize,
+            stored_hash: u32_at(region, offset + 12),
+        });
+        offset = next;
+    }
 }
 
 /// Decodes entries from `region` (value offsets relative to `region[0]`).
@@ -122,63 +201,67 @@ fn decode_entries(
     let err = |offset: usize, p: String| {
         FormatError::new(structure, location, format!("entry at byte {offset}: {p}"))
     };
-    let mut entries = Vec::new();
-    let mut offset = first_entry;
-    loop {
-        if offset + 4 > region.len() {
-            return Err(err(offset, "entry list is not terminated".into()));
-        }
-        if u32_at(region, offset) == 0 {
-            break;
-        }
-        if offset + ENTRY_HEADER_SIZE > region.len() {
-            return Err(err(offset, "entry header runs past the end".into()));
-        }
-        let name_len = usize::from(region[offset]);
-        let name_index = region[offset + 1];
-        let value_offs = usize::from(u16_at(region, offset + 2));
-        let value_inum = u32_at(region, offset + 4);
-        let value_size = u32_at(region, offset + 8) as usize;
-        let name_end = offset + ENTRY_HEADER_SIZE + name_len;
-        if name_end > region.len() {
+    let (list, list_end) = read_entry_list(region, first_entry, &err)?;
+    let mut entries = Vec::with_capacity(list.len());
+    for raw in list {
+        if raw.value_inum != 0 {
             return Err(err(
-                offset,
-                format!("name of {name_len} bytes runs past the end"),
+                raw.offset,
+                format!(
+                    "value stored in inode {} (ea_inode is not supported)",
+                    raw.value_inum
+                ),
             ));
         }
-        if value_inum != 0 {
-            return Err(err(
-                offset,
-                format!("value stored in inode {value_inum} (ea_inode is not supported)"),
-            ));
-        }
-        let entries_end = (name_end + 3) & !3;
-        if value_size > 0 && (value_offs < entries_end || value_offs + value_size > region.len()) {
-            return Err(err(offset, format!(
-                "value at {value_offs} of {value_size} bytes is outside the value area ({entries_end}..{})",
-                region.len()
-            )));
-        }
-        let entry = XattrEntry {
-            name_index,
-            name: region[offset + ENTRY_HEADER_SIZE..name_end].to_vec(),
-            value: region[value_offs..value_offs + value_size].to_vec(),
+        let value = if raw.value_size == 0 {
+            &[][..]
+        } else {
+            let padded_end = raw.value_offs.saturating_add((raw.value_size + 3) & !3);
+            if raw.value_offs < list_end || padded_end > region.len() {
+                return Err(err(
+                    raw.offset,
+                    format!(
+                        "value at {} of {} bytes is outside the value area ({list_end}..{})",
+                        raw.value_offs,
+                        raw.value_size,
+                        region.len()
+                    ),
+                ));
+            }
+            &region[raw.value_offs..raw.value_offs + raw.value_size]
         };
-        let stored_hash = u32_at(region, offset + 12);
-        if stored_hash != 0 && stored_hash != entry.hash() {
+        let name_start = raw.offset + ENTRY_HEADER_SIZE;
+        let name = &region[name_start..name_start + raw.name_len];
+        let hash = raw.stored_hash;
+        if hash != 0
+            && hash != entry_hash(name, value, false)
+            && hash != entry_hash(name, value, true)
+        {
             return Err(err(
-                offset,
-                format!("hash {stored_hash:#x} does not match {:#x}", entry.hash()),
+                raw.offset,
+                format!(
+                    "hash {hash:#x} does not match {:#x}",
+                    entry_hash(name, value, false)
+                ),
             ));
         }
-        entries.push(entry);
-        offset = entries_end;
+        entries.push(XattrEntry {
+            name_index: raw.name_index,
+            name: name.to_vec(),
+            value: value.to_vec(),
+        });
     }
     Ok(entries)
 }
 
-/// Lays out `entries` in `region` from `first_entry`; `false` if they do not fit.
-fn encode_entries(region: &mut [u8], first_entry: usize, entries: &[XattrEntry]) -> bool {
+/// Lays out `entries` in `region` from `first_entry`; `false` if they do not fit. Entry
+/// hashes are written only when `with_hashes` (blocks; in-inode entries carry 0).
+fn encode_entries(
+    region: &mut [u8],
+    first_entry: usize,
+    entries: &[XattrEntry],
+    with_hashes: bool,
+) -> bool {
     if first_entry + space_needed(entries) > region.len() {
         return false;
     }
@@ -199,7 +282,7 @@ fn encode_entries(region: &mut [u8], first_entry: usize, entries: &[XattrEntry])
         put_u16(region, offset + 2, value_offs as u16);
         put_u32(region, offset + 4, 0);
         put_u32(region, offset + 8, e.value.len() as u32);
-        put_u32(region, offset + 12, e.hash());
+        put_u32(region, offset + 12, if with_hashes { e.hash() } else { 0 });
         region[offset + ENTRY_HEADER_SIZE..offset + ENTRY_HEADER_SIZE + e.name.len()]
             .copy_from_slice(&e.name);
         offset += e.entry_size();
@@ -227,7 +310,7 @@ pub fn encode_inode_area(area: &mut [u8], entries: &[XattrEntry]) -> bool {
         area.fill(0);
         return true;
     }
-    if area.len() < 4 || !encode_entries(&mut area[4..], 0, entries) {
+    if area.len() < 4 || !encode_entries(&mut area[4..], 0, entries, false) {
         return false;
     }
     put_u32(area, 0, XATTR_MAGIC);
@@ -301,7 +384,7 @@ pub fn encode_block(
         return false;
     }
     block.fill(0);
-    assert!(encode_entries(block, BLOCK_HEADER_SIZE, &sorted));
+    assert!(encode_entries(block, BLOCK_HEADER_SIZE, &sorted, true));
     put_u32(block, 0, XATTR_MAGIC);
     put_u32(block, 4, refcount);
     put_u32(block, 8, 1);
@@ -313,11 +396,18 @@ pub fn encode_block(
     true
 }
 
-/// `h_hash`: the entries' hashes folded together.
+/// `h_hash`: the entries' hashes folded together; 0 if any entry hashes to 0 (ext4 then
+/// never shares the block).
 pub fn block_hash(entries: &[XattrEntry]) -> u32 {
-    entries
-        .iter()
-        .fold(0u32, |hash, e| (hash << 16) ^ (hash >> 16) ^ e.hash())
+    let mut hash = 0u32;
+    for e in entries {
+        let entry = e.hash();
+        if entry == 0 {
+            return 0;
+        }
+        hash = (hash << 16) ^ (hash >> 16) ^ entry;
+    }
+    hash
 }
 
 fn block_checksum(block: &[u8], block_nr: u64, fs_seed: u32) -> u32 {
@@ -356,6 +446,57 @@ mod tests {
         assert_eq!(decode_inode_area(&area, 12).unwrap(), entries());
         let big = vec![XattrEntry::from_full_name(b"user.big", vec![7; 300]).unwrap()];
         assert!(!fits_inode_area(area.len(), &big) && !encode_inode_area(&mut area, &big));
+    }
+
+    #[test]
+    fn inode_area_is_laid_out_as_linux_does() {
+        let mut area = vec![0u8; 100];
+        let two = vec![
+            XattrEntry::from_full_name(b"user.small", b"v".to_vec()).unwrap(),
+            XattrEntry::from_full_name(b"user.abc", b"xyz".to_vec()).unwrap(),
+        ];
+        assert!(encode_inode_area(&mut area, &two));
+        // Entries in order with e_hash 0; the first value sits at the very end.
+        assert_eq!(u32_at(&area, 4 + 12), 0);
+        assert_eq!(u16_at(&area, 4 + 2), 100 - 4 - 4);
+        assert_eq!(area[96], b'v');
+        assert_eq!(decode_inode_area(&area, 12).unwrap(), two);
+    }
+
+    #[test]
+    fn decode_refuses_values_over_the_list_and_bad_names() {
+        let mut area = vec![0u8; 100];
+        assert!(encode_inode_area(&mut area, &entries()[..1]));
+        let mut overlapping = area.clone();
+        put_u16(&mut overlapping, 4 + 2, 8);
+        let err = decode_inode_area(&overlapping, 12).unwrap_err();
+        assert_eq!(err.location, Location::InodeXattrArea { ino: 12 });
+        assert!(err.problem.contains("outside the value area"), "{err}");
+        let mut past_end = area.clone();
+        put_u32(&mut past_end, 4 + 8, 200);
+        assert!(decode_inode_area(&past_end, 12).is_err());
+        let mut nul = area.clone();
+        nul[4 + ENTRY_HEADER_SIZE + 1] = 0;
+        assert!(decode_inode_area(&nul, 12)
+            .unwrap_err()
+            .problem
+            .contains("NUL"));
+    }
+
+    #[test]
+    fn hashes_of_high_byte_names_accept_both_signedness() {
+        let e = XattrEntry::from_full_name("user.été".as_bytes(), b"high".to_vec()).unwrap();
+        let signed = entry_hash(&e.name, &e.value, true);
+        assert_ne!(signed, e.hash());
+        let mut block = vec![0u8; 1024];
+        assert!(encode_block(&mut block, 1, &[e], 9, None));
+        put_u32(&mut block, BLOCK_HEADER_SIZE + 12, signed);
+        decode_block(&block, 9, None).unwrap();
+        put_u32(&mut block, BLOCK_HEADER_SIZE + 12, signed ^ 1);
+        assert!(decode_block(&block, 9, None)
+            .unwrap_err()
+            .problem
+            .contains("hash"));
     }
 
     #[test]
