@@ -343,22 +343,12 @@ pub(crate) fn is_empty(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
 
 /// Writes a fresh first block for new directory `ino` with "." and "..".
 pub(crate) fn init(tx: &mut Tx, ino: u32, parent: u32) -> FsResult<()> {
-    let bs = tx.fs.geo.block_size as usize;
     let with_tail = tail(tx.fs);
     let phys = append_block(tx, ino)?.1;
     let raw = tx.raw_inode(ino)?;
     let seed = seed(tx.fs, ino, &raw);
     tx.modify(phys, |b| {
-        dirent::init_empty_block(b, with_tail);
-        dirent::write_entry(b, 0, ino, 12, 2, b".");
-        dirent::write_entry(
-            b,
-            12,
-            parent,
-            dirent::entries_end(bs, with_tail) - 12,
-            2,
-            b"..",
-        );
+        dirent::init_dot_block(b, ino, parent, 2, with_tail);
         if let Some(seed) = seed {
             dirent::set_checksum(b, seed);
         }

@@ -572,7 +572,7 @@ pub(crate) fn set_size(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) 
     let old = st.inodes[&ino].size;
     if new_size < old {
         // Zero the tail of the new last page, so growing the file later shows zeros.
-        if new_size % bs != 0 {
+        if !new_size.is_multiple_of(bs) {
             let within = (new_size % bs) as usize;
             zero_in_page(fs, st, ino, new_size / bs, within, bs as usize)?;
         }

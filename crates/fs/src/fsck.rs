@@ -334,7 +334,7 @@ impl<'a> Checker<'a> {
         let size_blocks = raw.size().div_ceil(bs);
         match kind {
             Some(FileKind::Directory) => {
-                if raw.size() % bs != 0 {
+                if !raw.size().is_multiple_of(bs) {
                     self.problem(format!(
                         "directory {ino}: size {} is not whole blocks",
                         raw.size()

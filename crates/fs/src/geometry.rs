@@ -24,6 +24,8 @@ pub struct Geometry {
     pub reserved_gdt_blocks: u32,
     /// Backup superblocks only in groups 0, 1 and powers of 3, 5, 7.
     pub sparse_super: bool,
+    /// With sparse_super2: the only two groups holding backups (`s_backup_bgs`).
+    pub backup_bgs: Option<[u32; 2]>,
     /// Groups per flex group (1 without flex_bg).
     pub flex_group_size: u32,
 }
@@ -79,10 +81,7 @@ impl Geometry {
 
     /// True if group `group` carries a superblock (primary or backup) and a GDT copy.
     pub fn group_has_superblock(&self, group: u32) -> bool {
-        if group <= 1 || !self.sparse_super {
-            return true;
-        }
-        [3u32, 5, 7].iter().any(|&base| is_power_of(group, base))
+        crate::format::superblock::group_has_superblock(group, self.sparse_super, self.backup_bgs)
     }
 
     /// Blocks at the start of `group` used by its superblock copy, GDT copy and reserved
@@ -113,13 +112,6 @@ impl Geometry {
     }
 }
 
-fn is_power_of(mut n: u32, base: u32) -> bool {
-    while n > 1 && n.is_multiple_of(base) {
-        n /= base;
-    }
-    n == 1
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +131,7 @@ mod tests {
             desc_size: 64,
             reserved_gdt_blocks: 256,
             sparse_super: true,
+            backup_bgs: None,
             flex_group_size: 16,
         }
     }

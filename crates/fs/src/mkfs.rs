@@ -22,6 +22,7 @@ use crate::format::extent::Extent;
 use crate::format::group_desc::{
     GroupCsum, GroupDesc, FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT, FLAG_ITABLE_ZEROED,
 };
+use crate::format::indirect::ResizeLayout;
 use crate::format::inode::{flags, Inode, InodeTime};
 use crate::format::superblock::{
     features as f, Superblock, EXT4_MAGIC, FLAG_SIGNED_HASH, STATE_CLEAN,
@@ -282,6 +283,7 @@ fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<(Plan, Space)> {
         desc_size: 64,
         reserved_gdt_blocks: reserved_gdt,
         sparse_super: true,
+        backup_bgs: None,
         flex_group_size: FLEX_GROUPS,
     };
     let mut space = Space {
@@ -576,7 +578,7 @@ fn superblock(p: &Plan, opts: &MkfsOptions, uuid: [u8; 16]) -> FsResult<Superblo
     Ok(sb)
 }
 
-/// A directory's first block: ".", "..", and optionally "lost+found".
+/// A directory's first block: "." and "..", and "lost+found" in the root's.
 fn write_dir_block(
     image: &mut Image,
     block: u64,
@@ -585,23 +587,16 @@ fn write_dir_block(
     parent: u32,
     child: Option<u32>,
 ) {
-    let bs = image.block_size;
     let b = image.block(block);
-    dirent::init_empty_block(b, true);
-    dirent::write_entry(b, 0, ino, 12, 2, b".");
-    let end = dirent::entries_end(bs, true);
-    match child {
-        None => dirent::write_entry(b, 12, parent, end - 12, 2, b".."),
-        Some(lpf) => {
-            dirent::write_entry(b, 12, parent, 12, 2, b"..");
-            dirent::write_entry(b, 24, lpf, end - 24, 2, b"lost+found");
-        }
+    dirent::init_dot_block(b, ino, parent, 2, true);
+    if let Some(lpf) = child {
+        dirent::insert(b, true, lpf, 2, b"lost+found").expect("an empty block holds one name");
     }
     dirent::set_checksum(b, inode_seed(seed, ino, 0));
 }
 
 /// The resize inode: a double-indirect block listing the primary reserved GDT blocks,
-/// each of which lists its copies in the backup groups.
+/// each of which lists its copies in the backup groups (layout from `format::indirect`).
 fn resize_inode(
     p: &Plan,
     image: &mut Image,
@@ -609,8 +604,6 @@ fn resize_inode(
     mut inode: Inode,
 ) -> FsResult<Inode> {
     let geo = &p.geo;
-    let bs = geo.block_size as u64;
-    let apb = bs / 4;
     let dind = space.take(
         p.inode_tables[0] + u64::from(geo.inode_table_blocks()),
         1,
@@ -619,24 +612,25 @@ fn resize_inode(
     let backups: Vec<u32> = (1..geo.group_count)
         .filter(|&g| geo.group_has_superblock(g))
         .collect();
-    let gdt_blocks = u64::from(geo.gdt_blocks());
-    let mut blocks = 1u64;
-    for i in 0..u64::from(p.reserved_gdt) {
-        let gdt_block = geo.first_data_block + 1 + gdt_blocks + i;
-        let slot = ((gdt_blocks + i) % apb) as usize;
-        image.block(dind)[slot * 4..slot * 4 + 4]
-            .copy_from_slice(&(gdt_block as u32).to_le_bytes());
-        let list = image.block(gdt_block);
-        for (k, g) in backups.iter().enumerate() {
-            let copy = gdt_block + u64::from(*g) * u64::from(geo.blocks_per_group);
-            list[k * 4..k * 4 + 4].copy_from_slice(&(copy as u32).to_le_bytes());
-        }
-        blocks += 1 + backups.len() as u64;
+    let layout = ResizeLayout::new(
+        geo.block_size,
+        geo.first_data_block as u32,
+        geo.gdt_blocks(),
+        p.reserved_gdt,
+        geo.blocks_per_group,
+        &backups,
+    );
+    layout.encode_dind(image.block(dind));
+    for (index, &(_, primary)) in layout.dind_slots.iter().enumerate() {
+        layout.encode_copy_list(index, image.block(u64::from(primary)));
     }
     inode.i_block_mut()[DIND_SLOT * 4..DIND_SLOT * 4 + 4]
         .copy_from_slice(&(dind as u32).to_le_bytes());
-    inode.set_size((apb * apb + apb + 12) * bs);
-    inode.set_blocks_512(blocks * (bs / 512), geo.block_size);
+    inode.set_size(layout.size_bytes());
+    inode.set_blocks_512(
+        layout.owned_blocks() * u64::from(geo.block_size / 512),
+        geo.block_size,
+    );
     Ok(inode)
 }
 

@@ -10,7 +10,7 @@ use crate::alloc::AllocState;
 use crate::error::{FsError, FsResult};
 use crate::extent_tree;
 use crate::format::extent::Extent;
-use crate::format::group_desc::{GroupCsum, GroupDesc};
+use crate::format::group_desc::GroupDesc;
 use crate::format::inode::{flags, Inode};
 use crate::format::superblock::{
     features, Superblock, FLAG_UNSIGNED_HASH, STATE_CLEAN, STATE_ORPHANS,
@@ -54,20 +54,17 @@ pub(crate) fn write_superblock(io: &IoQueue, sb: &Superblock) -> FsResult<()> {
 
 /// Refuses what jext cannot handle, naming it.
 pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> FsResult<()> {
-    let incompat = sb.unsupported_incompat();
-    if incompat != 0 {
-        return Err(FsError::Unsupported(format!(
-            "unsupported incompat feature(s) {}; jext cannot mount this file system",
-            features::describe(incompat, features::INCOMPAT_NAMES)
-        )));
-    }
-    let ro_compat = sb.unsupported_ro_compat();
-    if ro_compat != 0 && !read_only {
-        return Err(FsError::Unsupported(format!(
-            "unsupported ro_compat feature(s) {}; mount read-only (-o ro)",
-            features::describe(ro_compat, features::RO_COMPAT_NAMES)
-        )));
-    }
+    sb.check_features(!read_only).map_err(|e| {
+        FsError::Unsupported(format!(
+            "{}; jext cannot use this file system{}",
+            e.problem,
+            if read_only {
+                ""
+            } else {
+                " read-write (try -o ro)"
+            }
+        ))
+    })?;
     if !sb.has_compat(features::COMPAT_HAS_JOURNAL) {
         return Err(FsError::Unsupported(
             "file systems without a journal (jext journals every change)".into(),
@@ -99,19 +96,8 @@ pub(crate) fn geometry(sb: &Superblock) -> Geometry {
         desc_size: sb.desc_size(),
         reserved_gdt_blocks: u32::from(sb.reserved_gdt_blocks()),
         sparse_super: sb.has_ro_compat(features::RO_COMPAT_SPARSE_SUPER),
+        backup_bgs: sb.has_sparse_super2().then(|| sb.backup_bgs()),
         flex_group_size: 1 << sb.log_groups_per_flex(),
-    }
-}
-
-pub(crate) fn group_csum(sb: &Superblock) -> GroupCsum {
-    if sb.has_metadata_csum() {
-        GroupCsum::Crc32c {
-            fs_seed: sb.csum_seed(),
-        }
-    } else if sb.has_ro_compat(features::RO_COMPAT_GDT_CSUM) {
-        GroupCsum::Crc16 { uuid: sb.uuid() }
-    } else {
-        GroupCsum::None
     }
 }
 
@@ -146,7 +132,7 @@ pub(crate) fn read_inode_direct(io: &IoQueue, sb: &Superblock, ino: u32) -> FsRe
     let desc = GroupDesc::decode(
         &gdt[offset..offset + geo.desc_size as usize],
         group,
-        group_csum(sb),
+        sb.group_csum(),
     )?;
     let byte = u64::from(index) * u64::from(geo.inode_size);
     let block = reader.read_block(desc.inode_table + byte / u64::from(geo.block_size))?;
@@ -258,7 +244,7 @@ pub(crate) fn mount(
     let generation = now_seconds();
     let inner = Arc::new(FsInner {
         csum_seed: sb.has_metadata_csum().then(|| sb.csum_seed()),
-        group_csum: group_csum(&sb),
+        group_csum: sb.group_csum(),
         default_hash_version: sb.def_hash_version(),
         hash_unsigned: sb.flags() & FLAG_UNSIGNED_HASH != 0,
         hash_seed: sb.hash_seed(),

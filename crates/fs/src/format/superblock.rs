@@ -557,16 +557,8 @@ impl Superblock {
     /// group 0 always; with sparse_super2 only the (at most two) `s_backup_bgs`; with
     /// sparse_super group 1 and the powers of 3, 5 and 7; otherwise every group.
     pub fn has_superblock_in_group(&self, group: u32) -> bool {
-        if group == 0 {
-            return true;
-        }
-        if self.has_sparse_super2() {
-            return self.backup_bgs().contains(&group);
-        }
-        if group == 1 || !self.has_sparse_super() {
-            return true;
-        }
-        [3, 5, 7].iter().any(|&base| is_power_of(group, base))
+        let sparse2 = self.has_sparse_super2().then(|| self.backup_bgs());
+        group_has_superblock(group, self.has_sparse_super(), sparse2)
     }
 
     /// The groups holding backup superblocks, ascending (the order e2fsprogs lists them
@@ -884,6 +876,22 @@ impl std::fmt::Debug for Superblock {
             .field("groups", &self.group_count())
             .finish_non_exhaustive()
     }
+}
+
+/// True if group `group` starts with a superblock and descriptor table copy: group 0
+/// always; with sparse_super2 only the groups in `backup_bgs`; with sparse_super group 1
+/// and the powers of 3, 5 and 7; otherwise every group.
+pub fn group_has_superblock(group: u32, sparse_super: bool, backup_bgs: Option<[u32; 2]>) -> bool {
+    if group == 0 {
+        return true;
+    }
+    if let Some(bgs) = backup_bgs {
+        return bgs.contains(&group);
+    }
+    if group == 1 || !sparse_super {
+        return true;
+    }
+    [3, 5, 7].iter().any(|&base| is_power_of(group, base))
 }
 
 fn is_power_of(mut n: u32, base: u32) -> bool {
