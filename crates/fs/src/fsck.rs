@@ -18,11 +18,12 @@ use crate::alloc::metadata_in_group;
 use crate::blockmap;
 use crate::dir;
 use crate::error::{FsError, FsResult};
-use crate::format::bitmap;
+use crate::format::bitmap::{self, BitmapKind};
 use crate::format::group_desc::{FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT};
 use crate::format::inode::{flags, Inode};
 use crate::format::superblock::features;
 use crate::format::xattr;
+use crate::format::Location;
 use crate::groups::read_desc;
 use crate::inodes::read_record;
 use crate::state::{FsInner, FsState};
@@ -663,14 +664,20 @@ impl<'a> Checker<'a> {
                     ));
                 }
                 if let Some(s) = seed {
-                    let csum = bitmap::checksum(s, &bytes, geo.blocks_per_group);
-                    let mask = if geo.desc_size >= 64 {
-                        u32::MAX
-                    } else {
-                        0xFFFF
-                    };
-                    if desc.block_bitmap_csum != csum & mask {
-                        self.problem(format!("group {g}: block bitmap checksum mismatch"));
+                    let checked = bitmap::verify_checksum(
+                        BitmapKind::Block,
+                        &bytes,
+                        geo.blocks_per_group,
+                        s,
+                        desc.block_bitmap_csum,
+                        geo.desc_size >= 64,
+                        Location::Block {
+                            block: desc.block_bitmap,
+                            ino: None,
+                        },
+                    );
+                    if let Err(e) = checked {
+                        self.problem(format!("group {g}: {e}"));
                     }
                 }
             }
@@ -716,14 +723,20 @@ impl<'a> Checker<'a> {
         }
         let bytes = self.fs.cache.get(desc.inode_bitmap)?.bytes();
         if let Some(s) = self.fs.csum_seed {
-            let csum = bitmap::checksum(s, &bytes, ipg);
-            let mask = if geo.desc_size >= 64 {
-                u32::MAX
-            } else {
-                0xFFFF
-            };
-            if desc.inode_bitmap_csum != csum & mask {
-                self.problem(format!("group {g}: inode bitmap checksum mismatch"));
+            let checked = bitmap::verify_checksum(
+                BitmapKind::Inode,
+                &bytes,
+                ipg,
+                s,
+                desc.inode_bitmap_csum,
+                geo.desc_size >= 64,
+                Location::Block {
+                    block: desc.inode_bitmap,
+                    ino: None,
+                },
+            );
+            if let Err(e) = checked {
+                self.problem(format!("group {g}: {e}"));
             }
         }
         if (ipg..geo.block_size * 8).any(|i| !bitmap::test_bit(&bytes, i)) {
