@@ -444,6 +444,12 @@ impl Fs {
         file::extents(self.inner(), &mut st, ino)
     }
 
+    /// `lseek` with `SEEK_DATA` (`hole == false`) or `SEEK_HOLE` (`hole == true`).
+    pub fn seek_data_or_hole(&self, ino: Ino, offset: u64, hole: bool) -> FsResult<u64> {
+        let mut st = self.lock()?;
+        file::seek(self.inner(), &mut st, ino, offset, hole)
+    }
+
     /// Does now what the writeback thread does on its next tick: writes back expired and
     /// excess dirty data and dirty inode times, without waiting for a commit.
     pub fn writeback_now(&self) -> FsResult<()> {

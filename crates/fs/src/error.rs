@@ -38,6 +38,8 @@ pub enum FsError {
     PermissionDenied(String),
     /// EROFS: mounted read-only, or made read-only by an error.
     ReadOnly(String),
+    /// ENXIO: `lseek` past the end, or no data (or hole) after the offset.
+    NoSuchOffset(String),
     /// EOPNOTSUPP / unsupported feature.
     Unsupported(String),
     /// EIO: the disk holds something that does not decode.
@@ -71,6 +73,7 @@ impl FsError {
             FsError::PermissionDenied(_) => libc::EACCES,
             FsError::ReadOnly(_) => libc::EROFS,
             FsError::Unsupported(_) => libc::EOPNOTSUPP,
+            FsError::NoSuchOffset(_) => libc::ENXIO,
             FsError::Corrupt(_) | FsError::Inconsistent(_) => libc::EIO,
             FsError::Device(e) => e.errno(),
             FsError::Journal(JournalError::Aborted(_)) => libc::EROFS,
@@ -100,6 +103,7 @@ impl fmt::Display for FsError {
             FsError::PermissionDenied(what) => write!(f, "permission denied: {what}"),
             FsError::ReadOnly(why) => write!(f, "read-only file system: {why}"),
             FsError::Unsupported(what) => write!(f, "not supported: {what}"),
+            FsError::NoSuchOffset(what) => write!(f, "no such offset: {what}"),
             FsError::Corrupt(e) => write!(f, "{e}"),
             FsError::Inconsistent(what) => write!(f, "file system inconsistency: {what}"),
             FsError::Device(e) => write!(f, "{e}"),

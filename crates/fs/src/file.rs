@@ -709,3 +709,57 @@ pub(crate) fn extents(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Vec<
     let raw = st.inodes[&ino].raw.clone();
     blockmap::extents(fs, ino, &raw)
 }
+
+/// `lseek(SEEK_DATA)` (`hole == false`) or `lseek(SEEK_HOLE)` (`hole == true`) from `offset`.
+/// Data is every block an extent maps (unwritten ones too: POSIX lets a file system call
+/// a hole data, and an unwritten extent may have dirty pages over it) and every dirty
+/// page not yet allocated (delayed allocation). ENXIO past the end, as Linux answers.
+pub(crate) fn seek(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    offset: u64,
+    hole: bool,
+) -> FsResult<u64> {
+    crate::inodes::load(fs, st, ino)?;
+    let size = st.inodes[&ino].size;
+    if offset >= size {
+        return Err(FsError::NoSuchOffset(format!(
+            "offset {offset} is at or past the end ({size} bytes) of inode {ino}"
+        )));
+    }
+    let no_data = || FsError::NoSuchOffset(format!("no data after offset {offset} in inode {ino}"));
+    let bs = u64::from(fs.geo.block_size);
+    let mut data_blocks: Vec<(u64, u64)> = extents(fs, st, ino)?
+        .iter()
+        .map(|e| (u64::from(e.logical), e.end()))
+        .collect();
+    let per_page = st.pages.page_size() as u64 / bs;
+    data_blocks.extend(
+        st.pages
+            .dirty_indices(ino)
+            .into_iter()
+            .map(|p| (p * per_page, (p + 1) * per_page)),
+    );
+    data_blocks.sort_unstable();
+    let mut block = offset / bs;
+    for (start, end) in data_blocks {
+        if end <= block {
+            continue;
+        }
+        if hole {
+            if start > block {
+                break; // a gap before this run: the hole starts at `block`
+            }
+            block = end;
+        } else {
+            let at = (start.max(block) * bs).max(offset);
+            return if at < size { Ok(at) } else { Err(no_data()) };
+        }
+    }
+    if hole {
+        Ok((block * bs).max(offset).min(size))
+    } else {
+        Err(no_data())
+    }
+}

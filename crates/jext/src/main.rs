@@ -1,6 +1,8 @@
 //! The `jext` command: make, check, inspect and exercise ext4 images with jext.
 
+mod bench;
 mod cli;
+mod signals;
 
 use clap::Parser;
 

@@ -1,7 +1,9 @@
 //! Command-line parsing and dispatch. Each subcommand lives in its own module and returns
 //! a process exit status; errors are printed as "jext <command>: <what failed>".
 
+mod bench;
 mod demo;
+mod mount;
 mod tools;
 
 use clap::{Parser, Subcommand};
@@ -68,6 +70,54 @@ enum Command {
         #[command(subcommand)]
         what: tools::DebugCommand,
     },
+    /// Mount an ext4 image (or block device) with FUSE. Runs in the background unless -f.
+    ///
+    /// Options (-o, comma-separated): data=ordered|journal|writeback, commit=SECS, ro, rw,
+    /// errors=remount-ro|continue, cache_size=SIZE, barrier=0|1, nobarrier, allow_other,
+    /// default_permissions (default) or nodefault_permissions, writeback_cache or
+    /// nowriteback_cache (default), and the VFS flags nosuid, nodev, noexec, noatime, sync.
+    ///
+    /// Examples: jext mount disk.img /mnt
+    ///           jext mount -o data=journal,allow_other disk.img /mnt
+    ///           jext mount -f disk.img /mnt     (foreground; Ctrl-C unmounts)
+    Mount {
+        /// Mount options.
+        #[arg(short = 'o')]
+        options: Option<String>,
+        /// Stay in the foreground.
+        #[arg(short = 'f')]
+        foreground: bool,
+        image: PathBuf,
+        mountpoint: PathBuf,
+    },
+    /// Unmount a jext mount and wait until the daemon has checkpointed and closed the image.
+    ///
+    /// Example: jext umount /mnt
+    Umount { mountpoint: PathBuf },
+    /// Benchmark jext against the raw device and Linux ext4 on the same backing (as root:
+    /// loop devices with direct I/O; without root only the image-file systems run).
+    ///
+    /// Examples: jext bench all --quick
+    ///           jext bench fsync-latency --out bench/results/today
+    Bench {
+        /// seq, fsync-latency, or all.
+        experiment: String,
+        /// A short run (one repetition, smaller sizes) that finishes in a few minutes.
+        #[arg(long)]
+        quick: bool,
+        /// Repetitions of each run (default 3; 1 with --quick).
+        #[arg(long)]
+        repetitions: Option<usize>,
+        /// Directory for scratch images; its disk is the disk under test.
+        #[arg(long, default_value = "/var/tmp")]
+        dir: PathBuf,
+        /// Only systems whose name contains this text (e.g. "jext", "ext4").
+        #[arg(long)]
+        only: Option<String>,
+        /// Also write report.md and results.json into this directory.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 /// Runs a parsed command; returns the exit status.
@@ -91,5 +141,27 @@ pub fn run(cli: Cli) -> i32 {
         ),
         Command::Fsck { image } => tools::fsck(&image),
         Command::Debug { image, what } => tools::debug(&image, what),
+        Command::Mount {
+            options,
+            foreground,
+            image,
+            mountpoint,
+        } => mount::mount(&image, &mountpoint, options.as_deref(), foreground),
+        Command::Umount { mountpoint } => mount::umount(&mountpoint),
+        Command::Bench {
+            experiment,
+            quick,
+            repetitions,
+            dir,
+            only,
+            out,
+        } => bench::run(bench::Args {
+            experiment,
+            quick,
+            repetitions,
+            dir,
+            only,
+            out,
+        }),
     }
 }

@@ -1,0 +1,821 @@
+//! The FUSE operations, each a thin translation to one library call: FUSE inode numbers
+//! to ext4's (FUSE's root is 1, ext4's is 2), requests' uid and gid to new files' owners,
+//! library errors to errno values.
+//!
+//! Promises: every reply carries what the library returned, no more (attributes are cached
+//! by the kernel for `ATTR_TTL` only, and only this mount changes the image). Must never
+//! panic on a request: a bad argument is an errno. Holds no per-open state except the open
+//! count the library keeps, so that an unlinked file lives until its last release.
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use jext_fs::{
+    FallocateMode, FileKind, Fs, FsError, Ino, RenameFlags, SetAttr, Stat, Timestamp, XattrSetMode,
+    ROOT_INO,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+/// How long the kernel may trust an attribute or a name without asking again.
+const ATTR_TTL: Duration = Duration::from_secs(1);
+
+/// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` (`_IOR('f', 1, long)`, `_IOW('f', 2, long)`) and
+/// their 32-bit forms, which carry the same int.
+const FS_IOC_GETFLAGS: [u32; 2] = [0x8008_6601, 0x8004_6601];
+const FS_IOC_SETFLAGS: [u32; 2] = [0x4008_6602, 0x4004_6602];
+/// `FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR` (`struct fsxattr`, 28 bytes): the kernel asks
+/// for these around `chattr`, so they must answer for the flags they share with ext4.
+const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+
+/// ext4 inode flags and the `FS_XFLAG_*` bits that mirror them (as ext4's
+/// `ext4_iflags_to_xflags`): sync, immutable, append, nodump, noatime.
+const FLAG_TO_XFLAG: [(u32, u32); 5] = [
+    (0x8, 0x20),
+    (0x10, 0x8),
+    (0x20, 0x10),
+    (0x40, 0x80),
+    (0x80, 0x40),
+];
+
+fn xflags_of(flags: u32) -> u32 {
+    FLAG_TO_XFLAG
+        .iter()
+        .filter(|(f, _)| flags & f != 0)
+        .map(|(_, x)| x)
+        .sum()
+}
+
+fn flags_with_xflags(flags: u32, xflags: u32) -> u32 {
+    FLAG_TO_XFLAG.iter().fold(
+        flags,
+        |acc, (f, x)| if xflags & x != 0 { acc | f } else { acc & !f },
+    )
+}
+
+/// The library behind a mount.
+pub struct JextFuse {
+    pub(crate) fs: Fs,
+    pub(crate) writeback_cache: bool,
+}
+
+fn to_ext4(ino: INodeNo) -> Result<Ino, Errno> {
+    match ino.0 {
+        1 => Ok(ROOT_INO),
+        n => Ino::try_from(n).map_err(|_| Errno::EINVAL),
+    }
+}
+
+fn to_fuse(ino: Ino) -> INodeNo {
+    INodeNo(if ino == ROOT_INO { 1 } else { u64::from(ino) })
+}
+
+fn errno(e: FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn kind(k: FileKind) -> FileType {
+    match k {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+    }
+}
+
+fn attr(s: &Stat) -> FileAttr {
+    FileAttr {
+        ino: to_fuse(s.ino),
+        size: s.size,
+        blocks: s.blocks_512,
+        atime: s.atime.into(),
+        mtime: s.mtime.into(),
+        ctime: s.ctime.into(),
+        crtime: s.crtime.into(),
+        kind: kind(s.kind),
+        perm: s.perm,
+        nlink: s.nlink,
+        uid: s.uid,
+        gid: s.gid,
+        rdev: s.rdev,
+        blksize: s.block_size,
+        flags: 0,
+    }
+}
+
+fn time(t: TimeOrNow) -> Timestamp {
+    match t {
+        TimeOrNow::SpecificTime(t) => Timestamp::from(t),
+        TimeOrNow::Now => Timestamp::now(),
+    }
+}
+
+/// Runs a library call whose answer is an inode's attributes, as an entry.
+fn entry(reply: ReplyEntry, result: Result<Stat, Errno>) {
+    match result {
+        Ok(s) => reply.entry(&ATTR_TTL, &attr(&s), Generation(u64::from(s.generation))),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn xattr_reply(reply: ReplyXattr, size: u32, bytes: Vec<u8>) {
+    if size == 0 {
+        reply.size(bytes.len() as u32);
+    } else if bytes.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(&bytes);
+    }
+}
+
+impl JextFuse {
+    pub fn new(fs: Fs, writeback_cache: bool) -> JextFuse {
+        JextFuse {
+            fs,
+            writeback_cache,
+        }
+    }
+
+    /// The owner a new inode gets: the caller's uid, and the caller's gid unless the
+    /// directory is setgid (the library applies that rule).
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        what: New<'_>,
+    ) -> Result<Stat, Errno> {
+        let parent = to_ext4(parent)?;
+        self.refuse_if_pinned(parent, false)?;
+        let name = name.as_bytes();
+        let (uid, gid) = (req.uid(), req.gid());
+        match what {
+            New::File(perm) => self.fs.create(parent, name, perm, uid, gid),
+            New::Dir(perm) => self.fs.mkdir(parent, name, perm, uid, gid),
+            New::Node(mode, rdev) => self.fs.mknod(parent, name, mode, rdev, uid, gid),
+            New::Symlink(target) => self.fs.symlink(parent, name, target, uid, gid),
+        }
+        .map_err(errno)
+    }
+
+    fn setattr_inner(
+        &self,
+        ino: INodeNo,
+        change: SetAttr,
+        size: Option<u64>,
+    ) -> Result<Stat, Errno> {
+        let ino = to_ext4(ino)?;
+        self.refuse_if_pinned(ino, true)?;
+        if size.is_some() {
+            let st = self.fs.stat(ino).map_err(errno)?;
+            if st.kind == FileKind::Directory {
+                return Err(Errno::EISDIR);
+            }
+        }
+        self.fs
+            .setattr(ino, &SetAttr { size, ..change })
+            .map_err(errno)
+    }
+
+    fn list(&self, ino: INodeNo, offset: u64) -> Result<Vec<jext_fs::DirEntry>, Errno> {
+        self.fs.readdir(to_ext4(ino)?, offset).map_err(errno)
+    }
+
+    fn ioctl_inner(&self, ino: INodeNo, cmd: u32, in_data: &[u8]) -> Result<Vec<u8>, Errno> {
+        let ino = to_ext4(ino)?;
+        if FS_IOC_GETFLAGS.contains(&cmd) {
+            let flags = self.fs.stat(ino).map_err(errno)?.flags;
+            return Ok(flags.to_le_bytes().to_vec());
+        }
+        if FS_IOC_SETFLAGS.contains(&cmd) {
+            let bytes: [u8; 4] = in_data
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or(Errno::EINVAL)?;
+            let change = SetAttr {
+                flags: Some(u32::from_le_bytes(bytes)),
+                ..SetAttr::default()
+            };
+            self.fs.setattr(ino, &change).map_err(errno)?;
+            return Ok(Vec::new());
+        }
+        if cmd == FS_IOC_FSGETXATTR {
+            let flags = self.fs.stat(ino).map_err(errno)?.flags;
+            let mut fsxattr = vec![0u8; 28];
+            fsxattr[..4].copy_from_slice(&xflags_of(flags).to_le_bytes());
+            return Ok(fsxattr);
+        }
+        if cmd == FS_IOC_FSSETXATTR {
+            let bytes: [u8; 4] = in_data
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or(Errno::EINVAL)?;
+            let flags = self.fs.stat(ino).map_err(errno)?.flags;
+            let new = flags_with_xflags(flags, u32::from_le_bytes(bytes));
+            self.fs
+                .setattr(
+                    ino,
+                    &SetAttr {
+                        flags: Some(new),
+                        ..SetAttr::default()
+                    },
+                )
+                .map_err(errno)?;
+            return Ok(Vec::new());
+        }
+        Err(Errno::ENOTTY)
+    }
+}
+
+/// ext4's immutable and append-only inode flags. The kernel enforces them from the VFS
+/// inode's flags, which FUSE never fills in, so this front end enforces them itself, with
+/// the kernel's rules (`may_delete`, `notify_change`, `may_open`).
+const IMMUTABLE_FL: u32 = 0x10;
+const APPEND_FL: u32 = 0x20;
+
+impl JextFuse {
+    fn flags(&self, ino: Ino) -> Result<u32, Errno> {
+        Ok(self.fs.stat(ino).map_err(errno)?.flags)
+    }
+
+    /// EPERM if `ino` is immutable, or append-only when `append_blocks` says that counts.
+    fn refuse_if_pinned(&self, ino: Ino, append_blocks: bool) -> Result<(), Errno> {
+        let flags = self.flags(ino)?;
+        if flags & IMMUTABLE_FL != 0 || (append_blocks && flags & APPEND_FL != 0) {
+            return Err(Errno::EPERM);
+        }
+        Ok(())
+    }
+
+    /// Removing or renaming `name` needs neither it nor its directory pinned.
+    fn refuse_if_entry_pinned(&self, parent: Ino, name: &OsStr) -> Result<(), Errno> {
+        self.refuse_if_pinned(parent, true)?;
+        match self.fs.lookup(parent, name.as_bytes()) {
+            Ok(st) => self.refuse_if_pinned(st.ino, true),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+enum New<'a> {
+    File(u32),
+    Dir(u32),
+    Node(u32, u32),
+    Symlink(&'a [u8]),
+}
+
+impl Filesystem for JextFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.writeback_cache {
+            config
+                .add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE)
+                .map_err(|_| std::io::Error::other("the kernel's FUSE has no writeback cache"))?;
+        }
+        // Nanosecond times, as ext4 keeps them.
+        let _ = config.set_time_granularity(Duration::from_nanos(1));
+        let _ = config.set_max_write(1 << 20);
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.unmount() {
+            eprintln!("jext mount: unmount failed, the next mount will recover the journal: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        entry(
+            reply,
+            to_ext4(parent).and_then(|p| self.fs.lookup(p, name.as_bytes()).map_err(errno)),
+        );
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match to_ext4(ino).and_then(|i| self.fs.stat(i).map_err(errno)) {
+            Ok(s) => reply.attr(&ATTR_TTL, &attr(&s)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = SetAttr {
+            perm: mode.map(|m| (m & 0o7777) as u16),
+            uid,
+            gid,
+            size: None,
+            atime: atime.map(time),
+            mtime: mtime.map(time),
+            ctime: ctime.map(Timestamp::from),
+            crtime: crtime.map(Timestamp::from),
+            flags: None,
+        };
+        match self.setattr_inner(ino, change, size) {
+            Ok(s) => reply.attr(&ATTR_TTL, &attr(&s)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match to_ext4(ino).and_then(|i| self.fs.readlink(i).map_err(errno)) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        entry(
+            reply,
+            self.make(req, parent, name, New::Node(mode & !umask, rdev)),
+        );
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        entry(
+            reply,
+            self.make(req, parent, name, New::Dir(mode & !umask & 0o7777)),
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = to_ext4(parent).and_then(|p| {
+            self.refuse_if_entry_pinned(p, name)?;
+            self.fs.unlink(p, name.as_bytes()).map_err(errno)
+        });
+        empty(reply, result);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = to_ext4(parent).and_then(|p| {
+            self.refuse_if_entry_pinned(p, name)?;
+            self.fs.rmdir(p, name.as_bytes()).map_err(errno)
+        });
+        empty(reply, result);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        entry(
+            reply,
+            self.make(
+                req,
+                parent,
+                link_name,
+                New::Symlink(target.as_os_str().as_bytes()),
+            ),
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let known = FuseRenameFlags::RENAME_NOREPLACE | FuseRenameFlags::RENAME_EXCHANGE;
+        if !known.contains(flags) {
+            return reply.error(Errno::EINVAL);
+        }
+        let how = RenameFlags {
+            no_replace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
+        };
+        let result = to_ext4(parent).and_then(|p| {
+            let np = to_ext4(newparent)?;
+            self.refuse_if_entry_pinned(p, name)?;
+            self.refuse_if_entry_pinned(np, newname)?;
+            self.fs
+                .rename(p, name.as_bytes(), np, newname.as_bytes(), how)
+                .map_err(errno)
+        });
+        empty(reply, result);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let result = to_ext4(ino).and_then(|i| {
+            let np = to_ext4(newparent)?;
+            self.refuse_if_pinned(i, true)?;
+            self.refuse_if_pinned(np, false)?;
+            self.fs.link(i, np, newname.as_bytes()).map_err(errno)
+        });
+        entry(reply, result);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let raw = flags.0;
+        let writes = raw & libc::O_ACCMODE != libc::O_RDONLY || raw & libc::O_TRUNC != 0;
+        let opened = to_ext4(ino).and_then(|i| {
+            if writes {
+                let pinned = self.flags(i)?;
+                let appends_only = raw & libc::O_APPEND != 0 && raw & libc::O_TRUNC == 0;
+                if pinned & IMMUTABLE_FL != 0 || (pinned & APPEND_FL != 0 && !appends_only) {
+                    return Err(Errno::EPERM);
+                }
+            }
+            self.fs.open_inode(i).map_err(errno)
+        });
+        match opened {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match to_ext4(ino).and_then(|i| self.fs.read(i, offset, size as usize).map_err(errno)) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match to_ext4(ino).and_then(|i| self.fs.write(i, offset, data).map_err(errno)) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // close() makes nothing durable on ext4 either; fsync does.
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(
+            reply,
+            to_ext4(ino).and_then(|i| self.fs.release(i).map_err(errno)),
+        );
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(
+            reply,
+            to_ext4(ino).and_then(|i| self.fs.fsync(i, datasync).map_err(errno)),
+        );
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        match self.list(ino, offset) {
+            Ok(entries) => {
+                for e in entries {
+                    if reply.add(
+                        to_fuse(e.ino),
+                        e.next_cookie,
+                        kind(e.kind),
+                        OsStr::from_bytes(&e.name),
+                    ) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let entries = match self.list(ino, offset) {
+            Ok(entries) => entries,
+            Err(e) => return reply.error(e),
+        };
+        for e in entries {
+            let st = match self.fs.stat(e.ino) {
+                Ok(st) => st,
+                Err(err) => return reply.error(errno(err)),
+            };
+            let name = OsStr::from_bytes(&e.name);
+            let generation = Generation(u64::from(st.generation));
+            if reply.add(
+                to_fuse(e.ino),
+                e.next_cookie,
+                name,
+                &ATTR_TTL,
+                &attr(&st),
+                generation,
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(
+            reply,
+            to_ext4(ino).and_then(|i| self.fs.fsync(i, datasync).map_err(errno)),
+        );
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.blocks_free,
+                s.blocks_available,
+                s.inodes,
+                s.inodes_free,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = match flags {
+            0 => XattrSetMode::Either,
+            libc::XATTR_CREATE => XattrSetMode::Create,
+            libc::XATTR_REPLACE => XattrSetMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        empty(
+            reply,
+            to_ext4(ino).and_then(|i| {
+                self.fs
+                    .setxattr(i, name.as_bytes(), value, mode)
+                    .map_err(errno)
+            }),
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match to_ext4(ino).and_then(|i| self.fs.getxattr(i, name.as_bytes()).map_err(errno)) {
+            Ok(value) => xattr_reply(reply, size, value),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match to_ext4(ino).and_then(|i| self.fs.listxattr(i).map_err(errno)) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for n in names {
+                    list.extend_from_slice(&n);
+                    list.push(0);
+                }
+                xattr_reply(reply, size, list);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(
+            reply,
+            to_ext4(ino).and_then(|i| self.fs.removexattr(i, name.as_bytes()).map_err(errno)),
+        );
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let made = self
+            .make(req, parent, name, New::File(mode & !umask & 0o7777))
+            .and_then(|s| self.fs.open_inode(s.ino).map_err(errno));
+        match made {
+            Ok(s) => reply.created(
+                &ATTR_TTL,
+                &attr(&s),
+                Generation(u64::from(s.generation)),
+                FileHandle(0),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        match self.ioctl_inner(ino, cmd, in_data) {
+            Ok(out) => reply.ioctl(0, &out),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
+        if mode & !known != 0 {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        let how = FallocateMode {
+            keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
+            punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
+        };
+        if how.punch_hole && !how.keep_size {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
+        empty(
+            reply,
+            to_ext4(ino).and_then(|i| self.fs.fallocate(i, offset, length, how).map_err(errno)),
+        );
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let hole = match whence {
+            libc::SEEK_DATA => false,
+            libc::SEEK_HOLE => true,
+            // The kernel answers SEEK_SET, SEEK_CUR and SEEK_END itself.
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
+        };
+        match to_ext4(ino).and_then(|i| self.fs.seek_data_or_hole(i, offset, hole).map_err(errno)) {
+            Ok(at) => reply.offset(at as i64),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_is_one_to_fuse_and_two_to_ext4() {
+        assert_eq!(to_ext4(INodeNo(1)), Ok(ROOT_INO));
+        assert_eq!(to_fuse(ROOT_INO), INodeNo(1));
+        assert_eq!(to_ext4(to_fuse(12)), Ok(12));
+        assert_eq!(to_ext4(INodeNo(u64::MAX)), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn xflags_mirror_the_shared_inode_flags() {
+        let immutable_append = 0x10 | 0x20;
+        assert_eq!(xflags_of(immutable_append | 0x80000), 0x8 | 0x10);
+        assert_eq!(flags_with_xflags(0x80000 | 0x10, 0x40), 0x80000 | 0x80);
+    }
+}

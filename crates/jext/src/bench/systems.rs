@@ -1,0 +1,357 @@
+//! The systems a benchmark compares, each set up fresh on its own backing and torn down
+//! after one run: the raw floor (an image file, or a loop device with O_DIRECT), jext
+//! through the library in each data mode, and Linux ext4 mounted on a loop device.
+//!
+//! Promises: every loop-backed system sits on the same kind of backing (a loop device with
+//! direct I/O over a sparse image in the scratch directory), so ratios compare file systems,
+//! not caches. A system reports the device requests it caused: jext from its own counters,
+//! the kernel from the loop device's block statistics. Must never run a system on a device
+//! it did not make itself.
+
+use super::rig::{run, BlockStats, KernelMount, LoopDevice, Scratch};
+use jext::{mkfs, DataMode, Fs, MkfsOptions, MountOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where a system's bytes go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// An image file on the host file system, written through the host page cache.
+    File,
+    /// A loop device with direct I/O over an image file.
+    Loop,
+}
+
+/// One configuration under test.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum System {
+    /// pwrite to the image file itself, fdatasync to make it durable.
+    RawFile,
+    /// O_DIRECT pwrite to the loop device, fdatasync to make it durable.
+    RawLoop,
+    /// jext through the library, in-process.
+    Jext { mode: DataMode, backing: Backing },
+    /// Linux ext4 with these mount options, made by mkfs.ext4 with these extra features.
+    Ext4 {
+        options: &'static str,
+        features: &'static str,
+    },
+}
+
+impl System {
+    pub fn name(&self) -> String {
+        match self {
+            System::RawFile => "raw file (pwrite)".into(),
+            System::RawLoop => "raw loop (O_DIRECT)".into(),
+            System::Jext { mode, backing } => {
+                let on = if *backing == Backing::File {
+                    "file"
+                } else {
+                    "loop"
+                };
+                format!("jext {} ({on})", mode_name(*mode))
+            }
+            System::Ext4 {
+                options,
+                features: "",
+            } => format!("ext4 {options}"),
+            System::Ext4 { options, features } => format!("ext4 {options} -O {features}"),
+        }
+    }
+
+    pub fn needs_root(&self) -> bool {
+        !matches!(
+            self,
+            System::RawFile
+                | System::Jext {
+                    backing: Backing::File,
+                    ..
+                }
+        )
+    }
+
+    /// Makes the system ready on a fresh image of `image_bytes` in `scratch`.
+    pub fn set_up(&self, scratch: &Scratch, image_bytes: u64) -> io::Result<Running> {
+        let image = scratch.image("bench.img", image_bytes)?;
+        let device = if self.needs_root() {
+            Some(LoopDevice::attach(&image)?)
+        } else {
+            None
+        };
+        let target = match (self, &device) {
+            (System::RawFile, _) => {
+                Target::Raw(std::fs::OpenOptions::new().write(true).open(&image)?)
+            }
+            (System::RawLoop, Some(dev)) => Target::Raw(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&dev.path)?,
+            ),
+            (System::Jext { mode, .. }, dev) => {
+                let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
+                Target::Jext(open_jext(&path, *mode)?)
+            }
+            (System::Ext4 { options, features }, Some(dev)) => {
+                let point = scratch.dir.join("mnt");
+                Target::Kernel(mount_ext4(dev, &point, options, features)?)
+            }
+            (_, None) => {
+                return Err(io::Error::other(format!(
+                    "{} needs a loop device",
+                    self.name()
+                )))
+            }
+        };
+        Ok(Running { target, device })
+    }
+}
+
+pub fn mode_name(mode: DataMode) -> &'static str {
+    match mode {
+        DataMode::Ordered => "data=ordered",
+        DataMode::Journal => "data=journal",
+        DataMode::Writeback => "data=writeback",
+    }
+}
+
+fn open_jext(path: &std::path::Path, mode: DataMode) -> io::Result<Fs> {
+    let device = jext::open_device(path, false).map_err(io::Error::other)?;
+    let opts = MkfsOptions {
+        assume_zeroed: true,
+        label: "jext-bench".into(),
+        ..MkfsOptions::default()
+    };
+    mkfs(Arc::clone(&device), &opts).map_err(io::Error::other)?;
+    let options = MountOptions {
+        data_mode: mode,
+        ..MountOptions::default()
+    };
+    Fs::open(device, options).map_err(io::Error::other)
+}
+
+fn mount_ext4(
+    dev: &LoopDevice,
+    point: &std::path::Path,
+    options: &str,
+    features: &str,
+) -> io::Result<KernelMount> {
+    let mut args = vec!["-F", "-q"];
+    if !features.is_empty() {
+        args.extend(["-O", features]);
+    }
+    args.push(dev.path_str());
+    run("mkfs.ext4", &args)?;
+    // The lazy inode-table initialiser would write in the background during the run.
+    KernelMount::mount(
+        "ext4",
+        dev.path_str(),
+        point,
+        &format!("{options},noinit_itable"),
+    )
+}
+
+/// A system that is set up: where files live, and the device under it. Fields drop in
+/// order: the file system first, then the mount, then the loop device.
+pub struct Running {
+    target: Target,
+    device: Option<LoopDevice>,
+}
+
+enum Target {
+    Raw(std::fs::File),
+    Jext(Fs),
+    Kernel(KernelMount),
+}
+
+/// Device requests a system caused.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IoCounts {
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    /// FUA writes, where the system can tell (jext); the kernel's loop statistics cannot.
+    pub fua_writes: Option<u64>,
+}
+
+impl IoCounts {
+    pub fn since(&self, earlier: &IoCounts) -> IoCounts {
+        IoCounts {
+            writes: self.writes - earlier.writes,
+            write_bytes: self.write_bytes - earlier.write_bytes,
+            flushes: self.flushes - earlier.flushes,
+            fua_writes: self.fua_writes.zip(earlier.fua_writes).map(|(a, b)| a - b),
+        }
+    }
+}
+
+impl From<BlockStats> for IoCounts {
+    fn from(s: BlockStats) -> IoCounts {
+        IoCounts {
+            writes: s.writes,
+            write_bytes: s.write_bytes,
+            flushes: s.flushes,
+            fua_writes: None,
+        }
+    }
+}
+
+impl Running {
+    /// A new file; raw systems give each name its own region of the device.
+    pub fn create(&self, name: &str, region: u64) -> io::Result<BenchFile> {
+        match &self.target {
+            Target::Raw(file) => Ok(BenchFile::Raw {
+                file: file.try_clone()?,
+                base: region,
+                bounce: AlignedBuffer::default(),
+            }),
+            Target::Jext(fs) => Ok(BenchFile::Jext(
+                fs.create_file(&format!("/{name}"), 0o644)
+                    .map_err(io::Error::other)?,
+            )),
+            Target::Kernel(mount) => {
+                let path: PathBuf = mount.point.join(name);
+                Ok(BenchFile::Kernel(std::fs::File::create(path)?))
+            }
+        }
+    }
+
+    /// Requests the device has seen so far, where they can be counted.
+    pub fn io(&self) -> io::Result<Option<IoCounts>> {
+        if let Target::Jext(fs) = &self.target {
+            let c = fs.counters();
+            return Ok(Some(IoCounts {
+                writes: c.writes,
+                write_bytes: c.write_bytes,
+                flushes: c.flushes,
+                fua_writes: Some(c.fua_writes),
+            }));
+        }
+        self.device
+            .as_ref()
+            .map(|d| d.stats().map(IoCounts::from))
+            .transpose()
+    }
+
+    /// jext's memory bound for its caches (`cache_size`), if this is jext.
+    pub fn cache_bound_bytes(&self) -> Option<u64> {
+        match &self.target {
+            Target::Jext(fs) => Some(fs.options().cache_size_bytes as u64),
+            _ => None,
+        }
+    }
+
+    /// Bytes jext's page and buffer caches hold now, if this is jext.
+    pub fn cache_bytes(&self) -> Option<u64> {
+        let Target::Jext(fs) = &self.target else {
+            return None;
+        };
+        let (pages, _dirty, blocks) = fs.cache_usage().ok()?;
+        let block_bytes = u64::from(fs.statfs().ok()?.block_size);
+        Some((pages as u64 + blocks as u64) * block_bytes)
+    }
+
+    /// Unmounts cleanly (jext checkpoints); the guards then tear down the rest.
+    pub fn finish(self) -> io::Result<()> {
+        if let Target::Jext(fs) = &self.target {
+            fs.unmount().map_err(io::Error::other)?;
+        }
+        Ok(())
+    }
+}
+
+/// An open file of a system under test.
+pub enum BenchFile {
+    Raw {
+        file: std::fs::File,
+        base: u64,
+        bounce: AlignedBuffer,
+    },
+    Jext(jext::File),
+    Kernel(std::fs::File),
+}
+
+impl BenchFile {
+    pub fn write_at(&mut self, offset: u64, data: &[u8]) -> io::Result<()> {
+        match self {
+            BenchFile::Raw { file, base, bounce } => {
+                file.write_all_at(bounce.holding(data), *base + offset)
+            }
+            BenchFile::Jext(f) => {
+                let written = f.write_at(offset, data).map_err(io::Error::other)?;
+                assert_eq!(written, data.len(), "jext wrote part of a buffer");
+                Ok(())
+            }
+            BenchFile::Kernel(f) => f.write_all_at(data, offset),
+        }
+    }
+
+    /// fsync, or fdatasync when `data_only`.
+    pub fn sync(&mut self, data_only: bool) -> io::Result<()> {
+        match self {
+            BenchFile::Raw { file, .. } => file.sync_data(),
+            BenchFile::Jext(f) if data_only => f.fdatasync().map_err(io::Error::other),
+            BenchFile::Jext(f) => f.fsync().map_err(io::Error::other),
+            BenchFile::Kernel(f) if data_only => f.sync_data(),
+            BenchFile::Kernel(f) => f.sync_all(),
+        }
+    }
+}
+
+/// A buffer aligned to 4096 bytes, as O_DIRECT requires, found inside an over-sized Vec
+/// so no allocator tricks (or unsafe) are needed.
+#[derive(Default)]
+pub struct AlignedBuffer {
+    storage: Vec<u8>,
+}
+
+const DIRECT_ALIGN: usize = 4096;
+
+impl AlignedBuffer {
+    /// `data` copied to an aligned place; valid until the next call.
+    pub fn holding(&mut self, data: &[u8]) -> &[u8] {
+        if self.storage.len() < data.len() + DIRECT_ALIGN {
+            self.storage = vec![0; data.len() + DIRECT_ALIGN];
+        }
+        let skew = self.storage.as_ptr() as usize % DIRECT_ALIGN;
+        let start = (DIRECT_ALIGN - skew) % DIRECT_ALIGN;
+        let slot = &mut self.storage[start..start + data.len()];
+        slot.copy_from_slice(data);
+        assert_eq!(slot.as_ptr() as usize % DIRECT_ALIGN, 0);
+        slot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_buffers_are_aligned_and_hold_the_data() {
+        let mut buf = AlignedBuffer::default();
+        for len in [4096usize, 8192, 1 << 20, 4096] {
+            let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let held = buf.holding(&data);
+            assert_eq!(held.as_ptr() as usize % DIRECT_ALIGN, 0);
+            assert!(held == &data[..]);
+        }
+    }
+
+    #[test]
+    fn names_say_mode_and_backing() {
+        let s = System::Jext {
+            mode: DataMode::Journal,
+            backing: Backing::Loop,
+        };
+        assert_eq!(s.name(), "jext data=journal (loop)");
+        assert!(s.needs_root());
+        assert!(!System::RawFile.needs_root());
+        let fc = System::Ext4 {
+            options: "data=ordered",
+            features: "fast_commit",
+        };
+        assert_eq!(fc.name(), "ext4 data=ordered -O fast_commit");
+    }
+}

@@ -1,0 +1,184 @@
+//! `jext mount` and `jext umount`: the FUSE daemon's life.
+//!
+//! `jext mount IMAGE DIR` starts itself again in the foreground (`-f`) as a daemon in its
+//! own session, waits until the mount appears (or the daemon fails, whose message it then
+//! prints) and returns, as other FUSE tools do. The daemon opens the image (recovering the
+//! journal), serves the mount, and on `umount`, `jext umount` or SIGTERM/SIGINT unmounts and
+//! checkpoints, leaving a clean image. `jext umount DIR` unmounts and waits for the daemon
+//! to finish that cleanup, so the image is clean when it returns.
+//!
+//! Must never leave a daemon serving a mount nobody can find: the daemon's pid is recorded
+//! under `/run/jext`, named after the mount point.
+
+use jext::{Fs, FsError};
+use jext_fuse::{FuseOptions, Mounted};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `jext mount` waits for the daemon's mount to appear (recovery of a long
+/// journal can take a while).
+const MOUNT_WAIT: Duration = Duration::from_secs(120);
+const PID_DIR: &str = "/run/jext";
+
+pub fn mount(image: &Path, mountpoint: &Path, options: Option<&str>, foreground: bool) -> i32 {
+    let opts = match FuseOptions::parse(options.unwrap_or("")) {
+        Ok(o) => o,
+        Err(e) => {
+            return fail(
+                "mount",
+                &format!("{e} (see jext mount --help for the options)"),
+            )
+        }
+    };
+    let result = if foreground {
+        serve(image, mountpoint, &opts)
+    } else {
+        start_daemon(image, mountpoint, options)
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => fail("mount", &e),
+    }
+}
+
+fn fail(command: &str, what: &str) -> i32 {
+    eprintln!("jext {command}: {what}");
+    1
+}
+
+/// The daemon: open, mount, serve until unmounted.
+fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), String> {
+    let mountpoint = absolute(mountpoint)?;
+    let fs = Fs::open_path(image, opts.fs.clone()).map_err(|e| open_error(image, e))?;
+    let mut mounted = Mounted::mount(fs, image, &mountpoint, opts).map_err(|e| {
+        format!(
+            "cannot mount {} on {}: {e}",
+            image.display(),
+            mountpoint.display()
+        )
+    })?;
+    let pid_file = pid_file(&mountpoint);
+    let _ = std::fs::create_dir_all(PID_DIR);
+    let _ = std::fs::write(&pid_file, std::process::id().to_string());
+    crate::signals::catch_interrupts();
+    let mut unmounter = mounted.unmounter();
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(100));
+        if crate::signals::interrupted() {
+            if let Err(e) = unmounter.unmount() {
+                eprintln!("jext mount: cannot unmount after a signal: {e}");
+            }
+            return;
+        }
+    });
+    let served = mounted.run();
+    let _ = std::fs::remove_file(&pid_file);
+    served.map_err(|e| format!("serving {}: {e}", mountpoint.display()))
+}
+
+fn open_error(image: &Path, e: FsError) -> String {
+    format!("cannot open {}: {e}", image.display())
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, String> {
+    std::fs::canonicalize(path).map_err(|e| format!("mount point {}: {e}", path.display()))
+}
+
+fn pid_file(mountpoint: &Path) -> PathBuf {
+    let name = mountpoint.to_string_lossy().replace('/', "%");
+    Path::new(PID_DIR).join(format!("{name}.pid"))
+}
+
+/// Starts the daemon and waits for its mount (or its failure).
+fn start_daemon(image: &Path, mountpoint: &Path, options: Option<&str>) -> Result<(), String> {
+    let mountpoint = absolute(mountpoint)?;
+    let log = std::env::temp_dir().join(format!("jext-mount-{}.log", std::process::id()));
+    let log_file =
+        std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the jext binary: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount").arg("-f");
+    if let Some(o) = options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.arg(image).arg(&mountpoint);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the daemon: {e}"))?;
+    let deadline = Instant::now() + MOUNT_WAIT;
+    loop {
+        if is_jext_mount(&mountpoint) {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            let _ = std::fs::remove_file(&log);
+            return Err(format!(
+                "the daemon exited ({status}): {}",
+                said.trim().trim_start_matches("jext mount: ")
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "no mount on {} after {MOUNT_WAIT:?}; see {}",
+                mountpoint.display(),
+                log.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `/proc/self/mountinfo` lists a jext FUSE mount on `mountpoint`.
+pub fn is_jext_mount(mountpoint: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = mountpoint.to_string_lossy();
+    info.lines().any(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let fstype = line
+            .split(" - ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next());
+        // The direct mount(2) path of fuser registers the type as plain "fuse".
+        fields.get(4) == Some(&want.as_ref())
+            && fstype.is_some_and(|t| t == "fuse" || t == "fuse.jext")
+    })
+}
+
+/// `jext umount DIR`: unmount, then wait for the daemon's clean shutdown.
+pub fn umount(mountpoint: &Path) -> i32 {
+    let mountpoint = match absolute(mountpoint) {
+        Ok(m) => m,
+        Err(e) => return fail("umount", &e),
+    };
+    let daemon = std::fs::read_to_string(pid_file(&mountpoint))
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok());
+    let out = Command::new("umount").arg(&mountpoint).output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => return fail("umount", String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => return fail("umount", &format!("cannot run umount: {e}")),
+    }
+    if let Some(pid) = daemon {
+        let alive = || Path::new(&format!("/proc/{pid}")).exists();
+        let deadline = Instant::now() + MOUNT_WAIT;
+        while alive() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if alive() {
+            return fail(
+                "umount",
+                &format!("the daemon (pid {pid}) is still checkpointing after {MOUNT_WAIT:?}"),
+            );
+        }
+    }
+    0
+}

@@ -1,0 +1,506 @@
+//! The FUSE mount, exercised by ordinary system calls: a random model exerciser (writes,
+//! reads, truncates, fallocate, renames, links, xattrs through the mount, checked against
+//! an in-memory model), then unmount, `e2fsck -fn`, remount and compare; a daemon killed
+//! with SIGKILL after fsyncs, whose image recovers with every fsync'd file intact; option
+//! errors that name the option. Needs root and /dev/fuse (CI has both); skips with a message
+//! where they are absent.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const JEXT: &str = env!("CARGO_BIN_EXE_jext");
+
+fn can_mount() -> bool {
+    let root = fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipping: FUSE mounts need root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+struct Scratch {
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("jext-fuse-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("mnt")).unwrap();
+        let s = Scratch { dir };
+        jext(&["mkfs", s.image().to_str().unwrap(), "--size", "128M"]);
+        s
+    }
+    fn image(&self) -> PathBuf {
+        self.dir.join("fs.img")
+    }
+    fn mnt(&self) -> PathBuf {
+        self.dir.join("mnt")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Never leave a mount behind, even when a test fails half-way.
+        let _ = Command::new("umount").arg("-l").arg(self.mnt()).output();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn jext(args: &[&str]) -> String {
+    let out = Command::new(JEXT).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "jext {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn mount(s: &Scratch, options: &str) {
+    jext(&[
+        "mount",
+        "-o",
+        options,
+        s.image().to_str().unwrap(),
+        s.mnt().to_str().unwrap(),
+    ]);
+}
+
+fn umount(s: &Scratch) {
+    jext(&["umount", s.mnt().to_str().unwrap()]);
+}
+
+fn e2fsck_clean(image: &Path) {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// The model: file name to contents.
+type Model = BTreeMap<String, Vec<u8>>;
+
+fn check_against(model: &Model, dir: &Path) {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "lost+found")
+        .collect();
+    names.sort();
+    let expected: Vec<&String> = model.keys().collect();
+    assert_eq!(
+        names.iter().collect::<Vec<_>>(),
+        expected,
+        "names in {}",
+        dir.display()
+    );
+    for (name, contents) in model {
+        let got = fs::read(dir.join(name)).unwrap();
+        assert_eq!(got.len(), contents.len(), "size of {name}");
+        assert!(got == *contents, "contents of {name} differ");
+    }
+}
+
+fn exercise(model: &mut Model, dir: &Path, rng: &mut StdRng, steps: usize) {
+    for step in 0..steps {
+        let name = format!("f{}", rng.gen_range(0..6));
+        let path = dir.join(&name);
+        match rng.gen_range(0..10) {
+            0..=3 => {
+                let offset = rng.gen_range(0..200_000u64);
+                let len = rng.gen_range(1..20_000usize);
+                let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                let f = OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .truncate(false)
+                    .open(&path)
+                    .unwrap();
+                f.write_all_at(&data, offset).unwrap();
+                let m = model.entry(name).or_default();
+                let end = offset as usize + len;
+                if m.len() < end {
+                    m.resize(end, 0);
+                }
+                m[offset as usize..end].copy_from_slice(&data);
+                if rng.gen_bool(0.2) {
+                    f.sync_all().unwrap();
+                }
+            }
+            4 => {
+                if let Some(m) = model.get_mut(&name) {
+                    let size = rng.gen_range(0..250_000usize);
+                    OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .unwrap()
+                        .set_len(size as u64)
+                        .unwrap();
+                    m.resize(size, 0);
+                }
+            }
+            5 => {
+                if let Some(m) = model.get_mut(&name) {
+                    // fallocate, keeping the size or growing it, through util-linux.
+                    let (offset, len) = (
+                        rng.gen_range(0..200_000usize),
+                        rng.gen_range(1..100_000usize),
+                    );
+                    let keep = rng.gen_bool(0.5);
+                    let mut cmd = Command::new("fallocate");
+                    if keep {
+                        cmd.arg("-n");
+                    }
+                    let ok = cmd
+                        .args(["-o", &offset.to_string(), "-l", &len.to_string()])
+                        .arg(&path)
+                        .status()
+                        .unwrap();
+                    assert!(ok.success(), "fallocate at step {step}");
+                    if !keep && m.len() < offset + len {
+                        m.resize(offset + len, 0);
+                    }
+                }
+            }
+            6 => {
+                if model.contains_key(&name) {
+                    let to = format!("f{}", rng.gen_range(0..6));
+                    fs::rename(&path, dir.join(&to)).unwrap();
+                    let contents = model.remove(&name).unwrap();
+                    model.insert(to, contents);
+                }
+            }
+            7 => {
+                if model.remove(&name).is_some() {
+                    fs::remove_file(&path).unwrap();
+                }
+            }
+            8 => {
+                if let Some(m) = model.get(&name) {
+                    let offset = rng.gen_range(0..m.len().max(1));
+                    let len = rng.gen_range(0..30_000usize);
+                    let mut buf = vec![0u8; len];
+                    let f = fs::File::open(&path).unwrap();
+                    let mut got = 0;
+                    while got < len {
+                        match f.read_at(&mut buf[got..], (offset + got) as u64).unwrap() {
+                            0 => break,
+                            n => got += n,
+                        }
+                    }
+                    let want = &m[offset.min(m.len())..(offset + len).min(m.len())];
+                    assert!(
+                        &buf[..got] == want,
+                        "read of {name} at {offset}+{len}, step {step}"
+                    );
+                }
+            }
+            _ => {
+                if step % 50 == 0 {
+                    check_against(model, dir);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_random_exerciser_agrees_with_its_model_through_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    for (seed, options) in [
+        (1u64, "data=ordered"),
+        (2, "data=journal,writeback_cache"),
+        (3, "data=writeback"),
+    ] {
+        let s = Scratch::new(&format!("model{seed}"));
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut model = Model::new();
+        mount(&s, options);
+        let work = s.mnt().join("work");
+        fs::create_dir(&work).unwrap();
+        exercise(&mut model, &work, &mut rng, 600);
+        check_against(&model, &work);
+        umount(&s);
+        e2fsck_clean(&s.image());
+        mount(&s, options);
+        check_against(&model, &work);
+        umount(&s);
+    }
+}
+
+#[test]
+fn posix_corners_behave_as_on_ext4() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("posix");
+    mount(&s, "");
+    let m = s.mnt();
+    fs::write(m.join("a"), b"one").unwrap();
+    fs::hard_link(m.join("a"), m.join("b")).unwrap();
+    std::os::unix::fs::symlink("a", m.join("s")).unwrap();
+    assert_eq!(fs::read_link(m.join("s")).unwrap(), Path::new("a"));
+    assert_eq!(
+        fs::metadata(m.join("a"))
+            .map(|md| std::os::unix::fs::MetadataExt::nlink(&md))
+            .unwrap(),
+        2
+    );
+    // An open, unlinked file lives until closed.
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.join("a"))
+        .unwrap();
+    fs::remove_file(m.join("a")).unwrap();
+    fs::remove_file(m.join("b")).unwrap();
+    f.write_all_at(b"still here", 0).unwrap();
+    let mut buf = [0u8; 10];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"still here");
+    drop(f);
+    // chattr's flags, nanosecond times, a fifo.
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success());
+    fs::write(m.join("x"), b"x").unwrap();
+    ok(Command::new("touch")
+        .args(["-d", "2020-01-02 03:04:05.123456789"])
+        .arg(m.join("x")));
+    let mtime = fs::metadata(m.join("x")).unwrap().modified().unwrap();
+    let nanos = mtime
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    assert_eq!(nanos, 123_456_789);
+    ok(Command::new("chattr").arg("+j").arg(m.join("x")));
+    let lsattr = Command::new("lsattr").arg(m.join("x")).output().unwrap();
+    assert!(String::from_utf8_lossy(&lsattr.stdout).contains('j'));
+    // Immutable and append-only, enforced as the kernel enforces them on ext4.
+    ok(Command::new("chattr").arg("+i").arg(m.join("x")));
+    let denied =
+        |r: std::io::Result<()>| assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EPERM));
+    denied(fs::write(m.join("x"), b"no").map(drop));
+    denied(fs::remove_file(m.join("x")));
+    denied(fs::rename(m.join("x"), m.join("y")));
+    ok(Command::new("chattr").arg("-i").arg(m.join("x")));
+    ok(Command::new("chattr").arg("+a").arg(m.join("x")));
+    denied(fs::write(m.join("x"), b"no").map(drop));
+    let appender = OpenOptions::new().append(true).open(m.join("x")).unwrap();
+    std::io::Write::write_all(&mut &appender, b"more").unwrap();
+    drop(appender);
+    ok(Command::new("chattr").arg("-a").arg(m.join("x")));
+    assert_eq!(fs::read(m.join("x")).unwrap(), b"xmore");
+    // SEEK_DATA and SEEK_HOLE see a hole between two written ranges, before and after
+    // writeback allocates them.
+    let sparse = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(m.join("sparse"))
+        .unwrap();
+    sparse.write_all_at(&[7u8; 4096], 0).unwrap();
+    sparse.write_all_at(&[8u8; 4096], 1 << 20).unwrap();
+    for _ in 0..2 {
+        assert_eq!(seek(&sparse, 0, libc::SEEK_HOLE), 4096);
+        assert_eq!(seek(&sparse, 4096, libc::SEEK_DATA), 1 << 20);
+        assert_eq!(
+            seek(&sparse, (1 << 20) + 4096, libc::SEEK_DATA),
+            -libc::ENXIO as i64
+        );
+        sparse.sync_all().unwrap();
+    }
+    drop(sparse);
+    ok(Command::new("mkfifo").arg(m.join("fifo")));
+    // Rename flags: exchange swaps, no-replace refuses.
+    fs::write(m.join("p"), b"p").unwrap();
+    fs::write(m.join("q"), b"q").unwrap();
+    assert_eq!(
+        rename2(&m.join("p"), &m.join("q"), libc::RENAME_EXCHANGE),
+        0
+    );
+    assert_eq!(
+        rename2(&m.join("p"), &m.join("q"), libc::RENAME_NOREPLACE),
+        libc::EEXIST
+    );
+    assert_eq!(fs::read(m.join("p")).unwrap(), b"q");
+    umount(&s);
+    e2fsck_clean(&s.image());
+    let flags = Command::new("debugfs")
+        .args(["-R", "stat /x"])
+        .arg(s.image())
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&flags.stdout).contains("Flags: 0x84000"),
+        "the j flag is stored as ext4 stores it"
+    );
+}
+
+/// `lseek`, for the whence values std does not name; the offset, or minus the errno.
+fn seek(file: &fs::File, offset: i64, whence: i32) -> i64 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor belongs to `file`, which is open for the whole call.
+    let r = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+    if r >= 0 {
+        r
+    } else {
+        -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(1))
+    }
+}
+
+/// `renameat2`, which std does not offer; the errno, or 0.
+fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> i32 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let (from, to) = (c(from), c(to));
+    // SAFETY: both are valid NUL-terminated paths that live across the call.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    }
+}
+
+fn wait_for_mount(mnt: &Path, daemon: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let want = mnt.to_string_lossy().to_string();
+    loop {
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        if info
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        {
+            return;
+        }
+        assert!(
+            daemon.try_wait().unwrap().is_none(),
+            "the daemon exited before mounting"
+        );
+        assert!(Instant::now() < deadline, "no mount after 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_killed_daemon_loses_nothing_it_fsynced() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("kill");
+    let mut daemon = Command::new(JEXT)
+        .args([
+            "mount",
+            "-f",
+            s.image().to_str().unwrap(),
+            s.mnt().to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_mount(&s.mnt(), &mut daemon);
+    let mut synced = Model::new();
+    for i in 0..40 {
+        let name = format!("s{i}");
+        let data: Vec<u8> = (0..(i * 997 + 10)).map(|b| (b * 7 + i) as u8).collect();
+        let f = fs::File::create(s.mnt().join(&name)).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        f.sync_all().unwrap();
+        synced.insert(name, data);
+    }
+    // Unsynced work in flight when the daemon dies.
+    for i in 0..20 {
+        fs::write(s.mnt().join(format!("u{i}")), vec![1u8; 5000]).unwrap();
+    }
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    let out = Command::new("umount").arg(s.mnt()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "umount of the dead mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    mount(&s, "");
+    for (name, data) in &synced {
+        assert!(
+            fs::read(s.mnt().join(name)).unwrap() == *data,
+            "{name} was fsync'd but differs"
+        );
+    }
+    umount(&s);
+    e2fsck_clean(&s.image());
+}
+
+#[test]
+fn bad_options_are_refused_by_name() {
+    let dir = std::env::temp_dir();
+    for (option, named) in [
+        ("colour=red", "colour"),
+        ("data=fast", "fast"),
+        ("commit=soon", "soon"),
+    ] {
+        let out = Command::new(JEXT)
+            .args(["mount", "-o", option, "/nonexistent.img"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(named), "-o {option}: {err}");
+    }
+}
+
+#[test]
+fn mount_t_fuse_jext_goes_through_the_helper() {
+    if !can_mount() {
+        return;
+    }
+    if !Path::new("/usr/sbin/mount.fuse.jext").exists() {
+        eprintln!("skipping: scripts/setup installs /usr/sbin/mount.fuse.jext; run it first");
+        return;
+    }
+    let s = Scratch::new("helper");
+    let out = Command::new("mount")
+        .args(["-t", "fuse.jext", "-o", "data=journal,nosuid"])
+        .arg(s.image())
+        .arg(s.mnt())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mount -t fuse.jext: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::write(s.mnt().join("via-helper"), b"ok").unwrap();
+    umount(&s);
+    e2fsck_clean(&s.image());
+}
