@@ -16,7 +16,7 @@
 //! ```
 
 pub use jext_device::{
-    open_path as open_device, BlockDevice, CounterSnapshot, FileDevice, SimDevice,
+    open_path as open_device, BlockDevice, CounterSnapshot, FileDevice, OverlayDevice, SimDevice,
 };
 pub use jext_fs::debug::{dump, DebugWhat};
 pub use jext_fs::{

@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod files;
 mod mount;
 mod tools;
 
@@ -94,6 +95,34 @@ enum Command {
     ///
     /// Example: jext umount /mnt
     Umount { mountpoint: PathBuf },
+    /// List a directory of an image (without mounting it).
+    ///
+    /// Example: jext ls disk.img /etc
+    Ls {
+        image: PathBuf,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Print a file of an image to stdout.
+    ///
+    /// Example: jext cat disk.img /etc/hostname
+    Cat { image: PathBuf, path: String },
+    /// Copy a file or tree out of an image, keeping modes, owners, times, symlinks, xattrs.
+    ///
+    /// Example: jext get disk.img /home ./home-copy
+    Get {
+        image: PathBuf,
+        path: String,
+        dest: PathBuf,
+    },
+    /// Copy a host file or tree into an image at PATH (which must not exist yet).
+    ///
+    /// Example: jext put ./src disk.img /src
+    Put {
+        src: PathBuf,
+        image: PathBuf,
+        path: String,
+    },
     /// Benchmark jext against the raw device and Linux ext4 on the same backing (as root:
     /// loop devices with direct I/O; without root only the image-file systems run).
     ///
@@ -148,6 +177,10 @@ pub fn run(cli: Cli) -> i32 {
             mountpoint,
         } => mount::mount(&image, &mountpoint, options.as_deref(), foreground),
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
+        Command::Ls { image, path } => files::ls(&image, &path),
+        Command::Cat { image, path } => files::cat(&image, &path),
+        Command::Get { image, path, dest } => files::get(&image, &path, &dest),
+        Command::Put { src, image, path } => files::put(&src, &image, &path),
         Command::Bench {
             experiment,
             quick,
