@@ -21,6 +21,7 @@
 //! failed.
 
 mod blockdev;
+mod capture;
 mod counters;
 mod error;
 mod file;
@@ -28,11 +29,12 @@ mod overlay;
 mod sim;
 
 pub use blockdev::BlockDevDevice;
+pub use capture::{CrashCapture, DurableCursor, Kept, LoggedOp, Selection, WindowWrite};
 pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{DeviceError, DeviceOp};
 pub use file::FileDevice;
 pub use overlay::OverlayDevice;
-pub use sim::{CrashCapture, LoggedOp, SimDevice, SimFault};
+pub use sim::{SimDevice, SimFault, SparseImage};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -6,11 +6,13 @@
 //! real disk with a volatile cache may do. With capture on, every request is logged
 //! ([`CrashCapture`]), so a crash explorer can rebuild the durable image at any point of a
 //! workload. Faults ([`SimFault`]) make writes or flushes fail, or break the durability
-//! model on purpose so tests can prove the crash checks notice.
+//! model on purpose (a dropped flush, a write reordered across a flush) so tests can prove
+//! the crash checks notice.
 //!
 //! Storage is sparse (4 KiB chunks, absent = zeros), so a 1 GiB simulated device costs only
 //! what was written.
 
+use crate::capture::{CrashCapture, LoggedOp};
 use crate::{check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -27,46 +29,47 @@ pub enum SimFault {
     /// Every flush fails with EIO.
     FailFlushes,
     /// Flushes report success but make nothing durable: breaks the model, for tests
-    /// that must show a crash check catches a lying device.
+    /// that must show a crash check catches a lying device. A capture shows no flush.
     DropFlushes,
+    /// At each flush, the last cached write issued before it is kept back and persists
+    /// only as if issued after the flush: a write reordered across a flush, the other
+    /// lie a crash check must catch. A capture logs that write after the flush.
+    ReorderAcrossFlushes,
 }
 
-/// One request as the device received it, for crash exploration.
-#[derive(Clone, Debug)]
-pub enum LoggedOp {
-    Write {
-        offset: u64,
-        data: Arc<[u8]>,
-        fua: bool,
-    },
-    Flush,
-    /// A point the workload marked (a sync call returned, say).
-    Mark(String),
-}
-
-/// Sparse byte storage in 4 KiB chunks.
+/// Sparse bytes in 4 KiB chunks (an absent chunk reads as zeros): the content of a
+/// simulated disk, cheap to clone for the many crash states built from one capture.
 #[derive(Clone, Default)]
-struct Chunks {
-    map: HashMap<u64, Box<[u8]>>,
+pub struct SparseImage {
+    map: HashMap<u64, Arc<[u8]>>,
 }
 
-impl Chunks {
-    fn write(&mut self, mut offset: u64, mut data: &[u8]) {
+impl SparseImage {
+    /// Copies `data` in at `offset`; chunks shared with a clone are copied first.
+    pub fn write(&mut self, mut offset: u64, mut data: &[u8]) {
         while !data.is_empty() {
             let chunk = offset / CHUNK as u64;
             let within = (offset % CHUNK as u64) as usize;
             let n = (CHUNK - within).min(data.len());
-            let dst = self
+            let slot = self
                 .map
                 .entry(chunk)
-                .or_insert_with(|| vec![0u8; CHUNK].into_boxed_slice());
+                .or_insert_with(|| Arc::from(vec![0u8; CHUNK]));
+            let dst = match Arc::get_mut(slot) {
+                Some(dst) => dst,
+                None => {
+                    *slot = Arc::from(&slot[..]);
+                    Arc::get_mut(slot).expect("a fresh copy has one owner")
+                }
+            };
             dst[within..within + n].copy_from_slice(&data[..n]);
             offset += n as u64;
             data = &data[n..];
         }
     }
 
-    fn read(&self, mut offset: u64, mut buf: &mut [u8]) {
+    /// Fills `buf` from `offset`.
+    pub fn read(&self, mut offset: u64, mut buf: &mut [u8]) {
         while !buf.is_empty() {
             let chunk = offset / CHUNK as u64;
             let within = (offset % CHUNK as u64) as usize;
@@ -87,10 +90,10 @@ struct PendingWrite {
 }
 
 struct SimState {
-    current: Chunks,
-    durable: Chunks,
+    current: SparseImage,
+    durable: SparseImage,
     pending: Vec<PendingWrite>,
-    capture: Option<(Chunks, Vec<LoggedOp>)>,
+    capture: Option<(SparseImage, Vec<LoggedOp>)>,
     faults: Vec<SimFault>,
     writes_seen: u64,
 }
@@ -105,10 +108,11 @@ impl SimDevice {
     /// A zeroed device of `size_bytes` (a multiple of 512).
     pub fn new(size_bytes: u64) -> SimDevice {
         assert_eq!(size_bytes % u64::from(SIM_SECTOR_SIZE), 0);
-        SimDevice::from_chunks(size_bytes, Chunks::default())
+        SimDevice::from_image(size_bytes, SparseImage::default())
     }
 
-    fn from_chunks(size_bytes: u64, durable: Chunks) -> SimDevice {
+    /// A device whose durable content is `durable`.
+    pub fn from_image(size_bytes: u64, durable: SparseImage) -> SimDevice {
         SimDevice {
             size_bytes,
             state: Mutex::new(SimState {
@@ -128,7 +132,7 @@ impl SimDevice {
         use std::io::Read;
         let mut file = std::fs::File::open(path)?;
         let size_bytes = file.metadata()?.len();
-        let mut chunks = Chunks::default();
+        let mut chunks = SparseImage::default();
         let mut buf = vec![0u8; CHUNK];
         let mut offset = 0u64;
         while offset < size_bytes {
@@ -139,7 +143,7 @@ impl SimDevice {
             }
             offset += n as u64;
         }
-        Ok(SimDevice::from_chunks(size_bytes, chunks))
+        Ok(SimDevice::from_image(size_bytes, chunks))
     }
 
     /// Writes what is durable now to an image file (sparse), for `e2fsck` or a loop mount.
@@ -169,7 +173,7 @@ impl SimDevice {
                 image.write(w.offset, &w.data);
             }
         }
-        SimDevice::from_chunks(self.size_bytes, image)
+        SimDevice::from_image(self.size_bytes, image)
     }
 
     /// How many writes sit in the volatile cache.
@@ -215,11 +219,12 @@ impl SimDevice {
     /// Ends the capture and returns it.
     pub fn take_capture(&self) -> Option<CrashCapture> {
         let (base, ops) = self.state.lock().capture.take()?;
-        Some(CrashCapture {
-            size_bytes: self.size_bytes,
-            base,
-            ops,
-        })
+        Some(CrashCapture::new(self.size_bytes, base, ops))
+    }
+
+    /// A copy of what is durable now (for starting many devices from one image).
+    pub fn durable_image(&self) -> SparseImage {
+        self.state.lock().durable.clone()
     }
 
     fn check_write_fault(state: &mut SimState, offset: u64, len: usize) -> Result<(), DeviceError> {
@@ -239,7 +244,11 @@ impl SimDevice {
     }
 }
 
-fn write_image(chunks: &Chunks, size_bytes: u64, path: &std::path::Path) -> std::io::Result<()> {
+fn write_image(
+    chunks: &SparseImage,
+    size_bytes: u64,
+    path: &std::path::Path,
+) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::create(path)?;
     file.set_len(size_bytes)?;
@@ -312,15 +321,31 @@ impl BlockDevice for SimDevice {
                 "injected flush failure (SimFault::FailFlushes)",
             ));
         }
-        if !state.faults.contains(&SimFault::DropFlushes) {
-            let pending = std::mem::take(&mut state.pending);
-            for w in pending {
-                state.durable.write(w.offset, &w.data);
-            }
+        if state.faults.contains(&SimFault::DropFlushes) {
+            drop(state);
+            self.counters.record_flush();
+            return Ok(());
+        }
+        let held_back = if state.faults.contains(&SimFault::ReorderAcrossFlushes) {
+            state.pending.pop()
+        } else {
+            None
+        };
+        let pending = std::mem::take(&mut state.pending);
+        for w in pending {
+            state.durable.write(w.offset, &w.data);
         }
         if let Some((_, log)) = &mut state.capture {
+            let moved = held_back.as_ref().and_then(|w| {
+                let at = log.iter().rposition(|op| {
+                    matches!(op, LoggedOp::Write { offset, fua: false, .. } if *offset == w.offset)
+                })?;
+                Some(log.remove(at))
+            });
             log.push(LoggedOp::Flush);
+            log.extend(moved);
         }
+        state.pending.extend(held_back);
         drop(state);
         self.counters.record_flush();
         Ok(())
@@ -338,76 +363,12 @@ impl BlockDevice for SimDevice {
     }
 }
 
-/// A logged run of requests from a known starting image: enough to rebuild the durable
-/// image at any crash point of the workload.
-pub struct CrashCapture {
-    size_bytes: u64,
-    base: Chunks,
-    ops: Vec<LoggedOp>,
-}
-
-impl CrashCapture {
-    pub fn ops(&self) -> &[LoggedOp] {
-        &self.ops
-    }
-
-    /// Indices (into [`CrashCapture::ops`]) of every completed flush.
-    pub fn flush_points(&self) -> Vec<usize> {
-        self.ops
-            .iter()
-            .enumerate()
-            .filter(|(_, op)| matches!(op, LoggedOp::Flush))
-            .map(|(i, _)| i)
-            .collect()
-    }
-
-    /// The device after a crash just after op `upto` (exclusive end: ops `..upto` were
-    /// issued). Everything before the last flush in that prefix, and every FUA write, is
-    /// durable; of the writes after that flush, those whose position in the unflushed
-    /// window makes `keep` true are kept, in issue order.
-    pub fn crash_state(&self, upto: usize, keep: impl Fn(usize) -> bool) -> SimDevice {
-        let prefix = &self.ops[..upto];
-        let last_flush = prefix.iter().rposition(|op| matches!(op, LoggedOp::Flush));
-        let mut image = self.base.clone();
-        let window_start = last_flush.map_or(0, |i| i + 1);
-        for op in &prefix[..window_start] {
-            if let LoggedOp::Write { offset, data, .. } = op {
-                image.write(*offset, data);
-            }
-        }
-        let mut window_index = 0;
-        for op in &prefix[window_start..] {
-            if let LoggedOp::Write { offset, data, fua } = op {
-                if *fua || keep(window_index) {
-                    image.write(*offset, data);
-                }
-                if !*fua {
-                    window_index += 1;
-                }
-            }
-        }
-        SimDevice::from_chunks(self.size_bytes, image)
-    }
-
-    /// How many non-FUA writes are unflushed at the end of the prefix `..upto`.
-    pub fn window_len(&self, upto: usize) -> usize {
-        let prefix = &self.ops[..upto];
-        let start = prefix
-            .iter()
-            .rposition(|op| matches!(op, LoggedOp::Flush))
-            .map_or(0, |i| i + 1);
-        prefix[start..]
-            .iter()
-            .filter(|op| matches!(op, LoggedOp::Write { fua: false, .. }))
-            .count()
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn read(dev: &SimDevice, offset: u64) -> u8 {
+    /// The first byte of the sector at `offset`.
+    pub(crate) fn read(dev: &SimDevice, offset: u64) -> u8 {
         let mut b = [0u8; 512];
         dev.read_at(offset, &mut b).unwrap();
         b[0]
@@ -437,28 +398,6 @@ mod tests {
         dev.write_at(512, &[2u8; 512], true).unwrap();
         let after = dev.crash();
         assert_eq!((read(&after, 0), read(&after, 512)), (1, 2));
-    }
-
-    #[test]
-    fn capture_rebuilds_each_crash_point() {
-        let dev = SimDevice::new(1 << 20);
-        dev.write_at(0, &[9u8; 512], false).unwrap();
-        dev.start_capture();
-        dev.write_at(512, &[1u8; 512], false).unwrap();
-        dev.flush().unwrap();
-        dev.mark("synced");
-        dev.write_at(1024, &[2u8; 512], false).unwrap();
-        dev.write_at(1536, &[3u8; 512], false).unwrap();
-        let cap = dev.take_capture().unwrap();
-        assert_eq!(cap.flush_points(), vec![1]);
-        assert_eq!(cap.window_len(cap.ops().len()), 2);
-        let before_flush = cap.crash_state(1, |_| false);
-        assert_eq!((read(&before_flush, 0), read(&before_flush, 512)), (9, 0));
-        let end = cap.crash_state(cap.ops().len(), |i| i == 1);
-        assert_eq!(
-            (read(&end, 512), read(&end, 1024), read(&end, 1536)),
-            (1, 0, 3)
-        );
     }
 
     #[test]

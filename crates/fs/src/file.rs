@@ -505,6 +505,9 @@ fn put_data(
                 None => tx.fs.cache.get_new(block),
             };
             tx.modify_buf(&buf, |b| b.copy_from_slice(&data))?;
+            // The data now lives in this transaction: fdatasync must wait for it even
+            // when nothing else about the file changed (an overwrite in place).
+            tx.mark_datasync(ino);
         } else {
             requests.push(WriteRequest::new(block * bs, data, IoFlags::ORDERED));
         }
@@ -533,11 +536,18 @@ pub(crate) fn prepare_sync(
     let wanted = if datasync {
         info.datasync_tid.or(info.sync_tid)
     } else {
-        info.sync_tid
+        later_tid(info.sync_tid, info.datasync_tid)
     };
     let tid = wanted.filter(|t| !tid_geq(committed, *t));
     let flush = std::mem::take(&mut info.unflushed_data);
     Ok((tid, flush))
+}
+
+fn later_tid(a: Option<Tid>, b: Option<Tid>) -> Option<Tid> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if tid_geq(a, b) { a } else { b }),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Zeroes bytes `[from, to)` of page `index`. A page over a hole or an unwritten block

@@ -2,6 +2,7 @@
 //! a process exit status; errors are printed as "jext <command>: <what failed>".
 
 mod bench;
+mod crash;
 mod demo;
 mod files;
 mod mount;
@@ -123,6 +124,45 @@ enum Command {
         image: PathBuf,
         path: String,
     },
+    /// Explore crash states: record workloads on a simulated disk, rebuild every state a
+    /// crash may leave, recover each with jext and check it (fsync'd data and names,
+    /// rename atomicity, no mixed blocks, jext fsck, e2fsck -fn on a sample).
+    /// Exit status: 0 no failures, 1 failures found, 2 bad arguments.
+    ///
+    /// Examples: jext crash                     (the CI-sized exploration, all modes)
+    ///           jext crash --budget 1h         (the long run: more workloads until time is up)
+    ///           jext crash --workload odd-fsync-1000 --mode journal
+    ///           jext crash --replay 'ace1-17/journal/42/0,2'
+    Crash {
+        /// Run until this much time has passed (e.g. 10m, 1h), with the long workload plan.
+        #[arg(long)]
+        budget: Option<String>,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Only this data mode (repeatable): ordered, journal, writeback.
+        #[arg(long = "mode")]
+        modes: Vec<String>,
+        /// Only this workload (repeatable), e.g. ace1-17, ace3-5, create-delete-10.
+        #[arg(long = "workload")]
+        workloads: Vec<String>,
+        /// Also let writes tear at 512-byte sectors.
+        #[arg(long)]
+        torn: bool,
+        /// Run e2fsck -fn on every N-th state of each worker (1: all; 0: never).
+        /// Default: every state with --budget, every 50th otherwise.
+        #[arg(long)]
+        e2fsck_every: Option<u64>,
+        /// Seed for the sampled crash points and subsets.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Replay one failure: WORKLOAD/MODE/POINT/SELECTION as printed by a run.
+        #[arg(long)]
+        replay: Option<String>,
+        /// With --replay: save the crash image (before recovery) here.
+        #[arg(long)]
+        keep_image: Option<PathBuf>,
+    },
     /// Benchmark jext against the raw device and Linux ext4 on the same backing (as root:
     /// loop devices with direct I/O; without root only the image-file systems run).
     ///
@@ -181,6 +221,27 @@ pub fn run(cli: Cli) -> i32 {
         Command::Cat { image, path } => files::cat(&image, &path),
         Command::Get { image, path, dest } => files::get(&image, &path, &dest),
         Command::Put { src, image, path } => files::put(&src, &image, &path),
+        Command::Crash {
+            budget,
+            jobs,
+            modes,
+            workloads,
+            torn,
+            e2fsck_every,
+            seed,
+            replay,
+            keep_image,
+        } => crash::run(crash::Args {
+            budget,
+            jobs,
+            modes,
+            workloads,
+            torn,
+            e2fsck_every,
+            seed,
+            replay,
+            keep_image,
+        }),
         Command::Bench {
             experiment,
             quick,

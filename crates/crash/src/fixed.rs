@@ -1,0 +1,270 @@
+//! Fixed workloads from the papers, each with a size parameter:
+//!
+//! - `rename-root-to-sub` and `create-delete`: CrashMonkey's tests used by BarrierFS
+//!   (table 2). A file made durable in the root is renamed into a directory; files are
+//!   created, written and fsync'd one by one, then deleted with a sync after each.
+//! - iJournaling's recovery scenarios (section 6.5): `odd-fsync` (N files created, only
+//!   the odd-numbered ones fsync'd), `append-extents` (a file grown by 4 KiB appends,
+//!   each fsync'd, interleaved with a second file so that its extents do not merge and
+//!   it needs external extent blocks), `deep-path` (an fsync of a file N directories
+//!   down), and `threads` (four workers' random mkdir/create/write/truncate/unlink/fsync,
+//!   interleaved by a seeded scheduler so that every run is the same).
+//! - SQLite's write and sync patterns: `sqlite-rollback` (DELETE journal mode, N
+//!   transactions) and `sqlite-wal` (N commits, a checkpoint every four).
+
+use crate::workload::{Op, Workload, WorkloadId};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Every fixed workload's name, with the size the CI-sized exploration uses.
+pub const FIXED: &[(&str, usize)] = &[
+    ("rename-root-to-sub", 1),
+    ("create-delete", 10),
+    ("odd-fsync", 100),
+    ("append-extents", 24),
+    ("deep-path", 5),
+    ("threads", 1),
+    ("sqlite-rollback", 4),
+    ("sqlite-wal", 8),
+];
+
+/// Builds fixed workload `name` with size `size`.
+pub fn build(name: &str, size: usize) -> Result<Workload, String> {
+    let ops = match name {
+        "rename-root-to-sub" => rename_root_to_sub(),
+        "create-delete" => create_delete(size),
+        "odd-fsync" => odd_fsync(size),
+        "append-extents" => append_extents(size),
+        "deep-path" => deep_path(size),
+        "threads" => threads(size as u64),
+        "sqlite-rollback" => sqlite_rollback(size),
+        "sqlite-wal" => sqlite_wal(size),
+        other => {
+            let names: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
+            return Err(format!(
+                "no fixed workload {other:?}; there are: {}",
+                names.join(", ")
+            ));
+        }
+    };
+    Ok(Workload {
+        id: WorkloadId::Fixed {
+            name: name.to_string(),
+            size,
+        },
+        setup: Vec::new(),
+        ops,
+    })
+}
+
+fn write(path: &str, offset: u64, len: u32) -> Op {
+    Op::Write {
+        path: path.into(),
+        offset,
+        len,
+    }
+}
+
+fn rename_root_to_sub() -> Vec<Op> {
+    vec![
+        Op::Mkdir("/test_dir".into()),
+        Op::Fsync("/test_dir".into()),
+        Op::Creat("/test_file".into()),
+        Op::Chmod {
+            path: "/test_file".into(),
+            perm: 0o777,
+        },
+        write("/test_file", 0, 2600),
+        Op::Fsync("/test_file".into()),
+        Op::Rename {
+            from: "/test_file".into(),
+            to: "/test_dir/test_file".into(),
+        },
+        Op::Sync,
+    ]
+}
+
+fn create_delete(files: usize) -> Vec<Op> {
+    let mut ops = vec![Op::Mkdir("/test_dir".into()), Op::Fsync("/test_dir".into())];
+    let name = |i| format!("/test_dir/test_file{i}");
+    for i in 0..files {
+        ops.extend([
+            Op::Creat(name(i)),
+            Op::Fsync(name(i)),
+            write(&name(i), 0, 1024),
+            Op::Fsync(name(i)),
+        ]);
+    }
+    for i in 0..files {
+        ops.extend([Op::Unlink(name(i)), Op::Sync]);
+    }
+    ops
+}
+
+fn odd_fsync(files: usize) -> Vec<Op> {
+    let mut ops = vec![Op::Mkdir("/d".into())];
+    for i in 0..files {
+        let path = format!("/d/f{i}");
+        ops.extend([Op::Creat(path.clone()), write(&path, 0, 64)]);
+        if i % 2 == 1 {
+            ops.push(Op::Fsync(path));
+        }
+    }
+    ops
+}
+
+fn append_extents(appends: usize) -> Vec<Op> {
+    let mut ops = vec![Op::Creat("/big".into()), Op::Creat("/spoiler".into())];
+    for _ in 0..appends {
+        for path in ["/big", "/spoiler"] {
+            ops.extend([
+                Op::Append {
+                    path: path.into(),
+                    len: 4096,
+                },
+                Op::Fsync(path.into()),
+            ]);
+        }
+    }
+    ops
+}
+
+fn deep_path(depth: usize) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let mut dir = String::new();
+    for level in 0..depth.max(1) {
+        dir = format!("{dir}/d{level}");
+        ops.push(Op::Mkdir(dir.clone()));
+    }
+    let leaf = format!("{dir}/leaf");
+    ops.extend([
+        Op::Creat(leaf.clone()),
+        write(&leaf, 0, 5000),
+        Op::Fsync(leaf.clone()),
+        Op::Creat(format!("{dir}/after")),
+        write(&leaf, 5000, 3000),
+        Op::Fsync(format!("{dir}/after")),
+    ]);
+    ops
+}
+
+/// Four workers, each in its own directory, ten random operations each; a seeded
+/// scheduler picks which worker runs next.
+fn threads(seed: u64) -> Vec<Op> {
+    const WORKERS: usize = 4;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut queues: Vec<Vec<Op>> = (0..WORKERS).map(|w| worker_ops(w, &mut rng)).collect();
+    for q in &mut queues {
+        q.reverse();
+    }
+    let mut ops: Vec<Op> = (0..WORKERS).map(|w| Op::Mkdir(format!("/t{w}"))).collect();
+    while queues.iter().any(|q| !q.is_empty()) {
+        let w = rng.gen_range(0..WORKERS);
+        ops.extend(queues[w].pop());
+    }
+    ops
+}
+
+fn worker_ops(worker: usize, rng: &mut StdRng) -> Vec<Op> {
+    let file = |i: usize| format!("/t{worker}/f{i}");
+    (0..10)
+        .map(|_| {
+            let f = file(rng.gen_range(0..3));
+            match rng.gen_range(0..6) {
+                0 => Op::Mkdir(format!("/t{worker}/d{}", rng.gen_range(0..2))),
+                1 => Op::Creat(f),
+                2 => write(&f, rng.gen_range(0..4) * 2048, rng.gen_range(1..3) * 3000),
+                3 => Op::Truncate {
+                    path: f,
+                    size: rng.gen_range(0..3) * 2500,
+                },
+                4 => Op::Unlink(f),
+                _ => Op::Fsync(f),
+            }
+        })
+        .collect()
+}
+
+const PAGE: u32 = 4096;
+
+/// SQLite's DELETE journal mode with synchronous=FULL: original pages to the journal,
+/// journal synced, header rewritten and synced again, database pages written and
+/// synced, journal deleted.
+fn sqlite_rollback(transactions: usize) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Creat("/db".into()),
+        write("/db", 0, 4 * PAGE),
+        Op::Fsync("/db".into()),
+    ];
+    for t in 0..transactions {
+        let page = (t % 4) as u64;
+        ops.extend([
+            Op::Creat("/db-journal".into()),
+            write("/db-journal", 0, 512),
+            write("/db-journal", 512, PAGE + 4),
+            Op::Fsync("/db-journal".into()),
+            write("/db-journal", 0, 28),
+            Op::Fsync("/db-journal".into()),
+            write("/db", page * u64::from(PAGE), PAGE),
+            Op::Fsync("/db".into()),
+            Op::Unlink("/db-journal".into()),
+        ]);
+    }
+    ops
+}
+
+/// SQLite's WAL mode: each commit appends a frame (24-byte header + page) and syncs
+/// the log; every fourth commit checkpoints (pages to the database, database synced,
+/// log reset by rewriting its header).
+fn sqlite_wal(commits: usize) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Creat("/db".into()),
+        write("/db", 0, 4 * PAGE),
+        Op::Fsync("/db".into()),
+        Op::Creat("/db-wal".into()),
+        write("/db-wal", 0, 32),
+        Op::Fsync("/db-wal".into()),
+    ];
+    let frame = u64::from(PAGE) + 24;
+    for c in 0..commits {
+        let slot = (c % 4) as u64;
+        ops.extend([
+            write("/db-wal", 32 + slot * frame, PAGE + 24),
+            Op::Fsync("/db-wal".into()),
+        ]);
+        if slot == 3 {
+            ops.extend([
+                write("/db", 0, 4 * PAGE),
+                Op::Fsync("/db".into()),
+                write("/db-wal", 0, 32),
+                Op::Fsync("/db-wal".into()),
+            ]);
+        }
+    }
+    ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fixed_workload_builds_and_unknown_names_are_refused() {
+        for (name, size) in FIXED {
+            let w = build(name, *size).unwrap();
+            assert!(w.ops.iter().any(Op::is_sync), "{name} syncs somewhere");
+        }
+        let err = build("nope", 1).unwrap_err();
+        assert!(err.contains("odd-fsync"), "{err}");
+    }
+
+    #[test]
+    fn odd_fsync_syncs_only_odd_files() {
+        let ops = odd_fsync(4);
+        let synced: Vec<&Op> = ops.iter().filter(|o| o.is_sync()).collect();
+        assert_eq!(
+            synced,
+            vec![&Op::Fsync("/d/f1".into()), &Op::Fsync("/d/f3".into())]
+        );
+    }
+}
