@@ -1,14 +1,17 @@
 //! The explorer: records each workload in each mode, builds its crash states, recovers
-//! each with jext and checks it (oracle, `jext fsck`, and `e2fsck -fn` on a sample),
+//! each with jext and checks it (oracle, `jext fsck`, and on a sample `e2fsck -fn` and,
+//! when asked, Linux's own recovery),
 //! across `jobs` threads, until the workloads or the time budget run out.
 //!
 //! A failing state is reported with a [`Reproducer`] whose selection was shrunk: kept
 //! writes are dropped one at a time while the state still fails, so what is left is a
 //! small set of writes that matter.
 
+use crate::kernel::KernelCheck;
 use crate::oracle::{self, data_unit, NameCounts};
 use crate::record::{mount_options, record, Recording};
 use crate::repro::Reproducer;
+use crate::snapshot::{read_node, Node};
 use crate::states::{crash_points, selections, Sampling};
 use crate::workload::WorkloadId;
 use crate::{ace, fixed, generate};
@@ -32,6 +35,8 @@ pub struct Config {
     pub jobs: usize,
     /// Stop starting new states after this.
     pub deadline: Option<Instant>,
+    /// Loop-mount every n-th state of each worker in Linux and compare (0: never; root).
+    pub kernel_check_every: u64,
     /// A test-only device lie, to prove the checks catch it.
     pub fault: Option<SimFault>,
     pub seed: u64,
@@ -45,6 +50,7 @@ impl Default for Config {
             modes: vec![DataMode::Ordered, DataMode::Journal, DataMode::Writeback],
             sampling: Sampling::default(),
             e2fsck_every: 50,
+            kernel_check_every: 0,
             jobs: 1,
             deadline: None,
             fault: None,
@@ -116,6 +122,7 @@ pub struct Counts {
     pub states: usize,
     pub failures: usize,
     pub e2fsck_runs: usize,
+    pub kernel_checks: usize,
 }
 
 impl Counts {
@@ -125,6 +132,7 @@ impl Counts {
         self.states += other.states;
         self.failures += other.failures;
         self.e2fsck_runs += other.e2fsck_runs;
+        self.kernel_checks += other.kernel_checks;
     }
 }
 
@@ -194,12 +202,24 @@ pub fn explore(
         for _ in 0..config.jobs.max(1) {
             let (next, summary, task) = (&next, &summary, &task);
             scope.spawn(move || {
-                let mut e2fsck = E2fsck::new(config.e2fsck_every);
+                let sample = |n| EveryNth { n, seen: 0 };
+                let mut checks = Extra {
+                    e2fsck: E2fsck::new(),
+                    e2fsck_sample: sample(config.e2fsck_every),
+                    kernel: None,
+                    kernel_sample: sample(config.kernel_check_every),
+                };
+                if config.kernel_check_every > 0 {
+                    match KernelCheck::new() {
+                        Ok(k) => checks.kernel = Some(k),
+                        Err(e) => summary.lock().expect("a worker panicked").errors.push(e),
+                    }
+                }
                 while !out_of_time() {
                     let Some((id, mode)) = task(next.fetch_add(1, Ordering::SeqCst)) else {
                         break;
                     };
-                    let result = explore_one(&id, mode, config, &mut e2fsck, &out_of_time);
+                    let result = explore_one(&id, mode, config, &mut checks, &out_of_time);
                     let mut s = summary.lock().expect("a worker panicked");
                     match result {
                         Ok(r) => {
@@ -224,7 +244,7 @@ fn explore_one(
     id: &WorkloadId,
     mode: DataMode,
     config: &Config,
-    e2fsck: &mut E2fsck,
+    checks: &mut Extra,
     out_of_time: &dyn Fn() -> bool,
 ) -> Result<TaskResult, String> {
     let workload = generate(id)?;
@@ -246,15 +266,18 @@ fn explore_one(
         counts.crash_points += 1;
         let window = rec.capture.window(point);
         for selection in selections(&window, &config.sampling, &mut rng) {
-            let run_e2fsck = e2fsck.due();
+            let run_e2fsck = checks.e2fsck_sample.due();
             counts.e2fsck_runs += usize::from(run_e2fsck);
+            let kernel_due = checks.kernel_sample.due();
+            let kernel = checks.kernel.as_ref().filter(|_| kernel_due);
+            counts.kernel_checks += usize::from(kernel.is_some());
             let check = Checker {
                 rec: &rec,
                 names: &names,
                 unit,
             };
-            let problems =
-                check.state(&mut cursor, point, &selection, run_e2fsck.then_some(e2fsck));
+            let extra = (run_e2fsck.then_some(&mut checks.e2fsck), kernel);
+            let problems = check.state(&mut cursor, point, &selection, extra);
             counts.states += 1;
             if problems.is_empty() {
                 continue;
@@ -295,20 +318,33 @@ pub struct Checker<'a> {
 }
 
 impl Checker<'_> {
-    /// Recovers the state and runs every check; returns the problems found.
+    /// Recovers the state and runs every check, and those of `extra` (e2fsck, Linux)
+    /// when given; returns the problems found.
     pub fn state(
         &self,
         cursor: &mut DurableCursor<'_>,
         point: usize,
         selection: &Selection,
-        e2fsck: Option<&mut E2fsck>,
+        extra: (Option<&mut E2fsck>, Option<&KernelCheck>),
     ) -> Vec<String> {
+        let (e2fsck, kernel) = extra;
+        let pristine = kernel.map(|_| cursor.state(point, selection));
         let dev = Arc::new(cursor.state(point, selection));
         let fs = match Fs::open(dev.clone(), mount_options(self.rec.mode)) {
             Ok(fs) => fs,
             Err(e) => return vec![format!("recovery failed: {e}")],
         };
         let mut problems = oracle::check(self.rec, self.names, point, &fs, self.unit);
+        if let (Some(kernel), Some(pristine)) = (kernel, &pristine) {
+            let ours: Vec<Node> = self
+                .rec
+                .timeline
+                .paths
+                .iter()
+                .map(|p| read_node(&fs, p).unwrap_or(Node::Absent))
+                .collect();
+            problems.extend(kernel.compare(pristine, self.rec, &ours));
+        }
         if let Err(e) = fs.unmount() {
             problems.push(format!("unmount after recovery failed: {e}"));
         }
@@ -342,7 +378,7 @@ impl Checker<'_> {
             if !smaller.respects_epochs(&self.rec.capture.window(point)) {
                 continue;
             }
-            let still = self.state(cursor, point, &smaller, None);
+            let still = self.state(cursor, point, &smaller, (None, None));
             if !still.is_empty() {
                 selection = smaller;
                 problems = still;
@@ -352,16 +388,40 @@ impl Checker<'_> {
     }
 }
 
-/// Runs `e2fsck -fn` on a sample of states, through an image file in memory-backed
-/// storage when there is some.
-pub struct E2fsck {
-    every: u64,
+/// The checks that cost a process, run on a sample of states.
+struct Extra {
+    e2fsck: E2fsck,
+    e2fsck_sample: EveryNth,
+    kernel: Option<KernelCheck>,
+    kernel_sample: EveryNth,
+}
+
+/// Says yes to the first of every `n` calls (never when `n` is 0).
+struct EveryNth {
+    n: u64,
     seen: u64,
+}
+
+impl EveryNth {
+    fn due(&mut self) -> bool {
+        self.seen += 1;
+        self.n > 0 && self.seen % self.n == 1 % self.n
+    }
+}
+
+/// Runs `e2fsck -fn` through an image file in memory-backed storage when there is some.
+pub struct E2fsck {
     image: PathBuf,
 }
 
+impl Default for E2fsck {
+    fn default() -> Self {
+        E2fsck::new()
+    }
+}
+
 impl E2fsck {
-    pub fn new(every: u64) -> E2fsck {
+    pub fn new() -> E2fsck {
         // Each checker gets its own image file, even with several explorations in one
         // process (the test harness runs tests on threads).
         static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -372,15 +432,8 @@ impl E2fsck {
             .find(|d| d.is_dir())
             .unwrap_or_else(std::env::temp_dir);
         E2fsck {
-            every,
-            seen: 0,
             image: dir.join(format!("jext-crash-{}-{n}.img", std::process::id())),
         }
-    }
-
-    fn due(&mut self) -> bool {
-        self.seen += 1;
-        self.every > 0 && self.seen % self.every == 1 % self.every
     }
 
     /// Problems e2fsck reports on the device's current content.

@@ -6,7 +6,7 @@
 //! hold is rebuilt (a subset of the unflushed writes, possibly torn; [`states`]); each is
 //! recovered by mounting it with jext and checked by the [`oracle`] (fsync'd content,
 //! names and attributes; rename atomicity; no mixed or stale blocks), by `jext fsck`, and
-//! on a sample by `e2fsck -fn`. Failures come with a one-line [`repro::Reproducer`].
+//! on a sample by `e2fsck -fn` (and, with [`kernel`], by Linux's own recovery). Failures come with a one-line [`repro::Reproducer`].
 //!
 //! Layout: [`workload`] (operations and ids), [`ace`] and [`fixed`] (the workloads),
 //! [`snapshot`] (what a path holds), [`record`], [`states`], [`oracle`], [`explore`]
@@ -18,6 +18,7 @@
 pub mod ace;
 pub mod explore;
 pub mod fixed;
+pub mod kernel;
 pub mod oracle;
 pub mod record;
 pub mod repro;

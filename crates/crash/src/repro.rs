@@ -8,6 +8,7 @@
 
 use crate::explore::{Checker, E2fsck};
 use crate::generate;
+use crate::kernel::KernelCheck;
 use crate::oracle::{data_unit, NameCounts};
 use crate::record::record;
 use crate::workload::WorkloadId;
@@ -65,12 +66,15 @@ pub struct Replay {
 }
 
 /// Records the workload again, rebuilds the named state, and checks it (with
-/// `e2fsck -fn`). With `keep_image`, the crash image (before recovery) is saved there.
+/// `e2fsck -fn`, and Linux's recovery with `kernel_check`). With `keep_image`, the crash
+/// image (before recovery) is saved there.
 pub fn replay(
     repro: &Reproducer,
     torn_writes: bool,
+    kernel_check: bool,
     keep_image: Option<&Path>,
 ) -> Result<Replay, String> {
+    let kernel = kernel_check.then(KernelCheck::new).transpose()?;
     let workload = generate(&repro.workload)?;
     let rec = record(&workload, repro.mode, None).map_err(|e| format!("recording failed: {e}"))?;
     let log_len = rec.capture.ops().len();
@@ -100,12 +104,12 @@ pub fn replay(
         names: &names,
         unit: data_unit(repro.mode, torn),
     };
-    let mut e2fsck = E2fsck::new(1);
+    let mut e2fsck = E2fsck::new();
     let problems = checker.state(
         &mut rec.capture.cursor(),
         repro.point,
         &selection,
-        Some(&mut e2fsck),
+        (Some(&mut e2fsck), kernel.as_ref()),
     );
     Ok(Replay {
         listing: workload.listing(),

@@ -121,8 +121,31 @@ fn found_bugs_stay_fixed() {
         "ace1-21/journal/1/none",
     ] {
         let repro: Reproducer = line.parse().unwrap();
-        let r = replay(&repro, false, None).unwrap();
+        let r = replay(&repro, false, false, None).unwrap();
         assert!(r.problems.is_empty(), "{line}: {:?}", r.problems);
         assert!(r.log_len > 1, "{line}: the fdatasync now writes");
     }
+}
+
+/// Linux, loop-mounting a sample of the crash images and replaying their journals
+/// itself, shows every path exactly as jext's recovery does.
+#[test]
+fn linux_recovers_a_sample_of_states_as_jext_does() {
+    let only: Vec<WorkloadId> = [
+        "ace1-40",
+        "ace1-100",
+        "rename-root-to-sub-1",
+        "sqlite-wal-8",
+    ]
+    .iter()
+    .map(|w| w.parse().unwrap())
+    .collect();
+    let config = Config {
+        kernel_check_every: 4,
+        ..config(1)
+    };
+    let summary = explore(Plan::Ci, &only, &config, &|_| {});
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    assert_eq!(summary.total().failures, 0, "{:#?}", summary.failures);
+    assert!(summary.total().kernel_checks >= 40, "{:?}", summary.total());
 }

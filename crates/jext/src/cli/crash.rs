@@ -17,6 +17,7 @@ pub struct Args {
     pub workloads: Vec<String>,
     pub torn: bool,
     pub e2fsck_every: Option<u64>,
+    pub kernel_check: Option<u64>,
     pub seed: u64,
     pub replay: Option<String>,
     pub keep_image: Option<PathBuf>,
@@ -29,7 +30,12 @@ pub fn run(args: Args) -> i32 {
     };
     if let Some(line) = &args.replay {
         return match line.parse::<Reproducer>() {
-            Ok(repro) => replay_one(&repro, args.torn, args.keep_image.as_deref()),
+            Ok(repro) => replay_one(
+                &repro,
+                args.torn,
+                args.kernel_check.is_some(),
+                args.keep_image.as_deref(),
+            ),
             Err(e) => fail(e),
         };
     }
@@ -93,6 +99,7 @@ fn config(args: &Args) -> Result<Config, String> {
             torn_writes: args.torn,
             ..Sampling::default()
         },
+        kernel_check_every: args.kernel_check.unwrap_or(0),
         e2fsck_every: args
             .e2fsck_every
             .unwrap_or(if args.budget.is_some() { 1 } else { 50 }),
@@ -139,23 +146,18 @@ fn progress_bar() -> ProgressBar {
 
 fn print_summary(summary: &Summary, config: &Config) {
     let secs = summary.elapsed.as_secs_f64().max(1e-3);
-    println!("mode       workloads  crash points     states   e2fsck   failures");
-    for (mode, c) in &summary.per_mode {
+    println!("mode       workloads  crash points     states   e2fsck   kernel   failures");
+    let row = |name: &str, c: &Counts| {
         println!(
-            "{:<10} {:>9} {:>13} {:>10} {:>8} {:>10}",
-            mode.to_string(),
-            c.workloads,
-            c.crash_points,
-            c.states,
-            c.e2fsck_runs,
-            c.failures
-        );
+            "{name:<10} {:>9} {:>13} {:>10} {:>8} {:>8} {:>10}",
+            c.workloads, c.crash_points, c.states, c.e2fsck_runs, c.kernel_checks, c.failures
+        )
+    };
+    for (mode, c) in &summary.per_mode {
+        row(&mode.to_string(), c);
     }
     let t = summary.total();
-    println!(
-        "total      {:>9} {:>13} {:>10} {:>8} {:>10}",
-        t.workloads, t.crash_points, t.states, t.e2fsck_runs, t.failures
-    );
+    row("total", &t);
     println!(
         "{:.1} s, {:.0} states/s with {} jobs ({:.0} per job){}",
         secs,
@@ -181,8 +183,13 @@ fn print_summary(summary: &Summary, config: &Config) {
     }
 }
 
-fn replay_one(repro: &Reproducer, torn: bool, keep_image: Option<&std::path::Path>) -> i32 {
-    match replay(repro, torn, keep_image) {
+fn replay_one(
+    repro: &Reproducer,
+    torn: bool,
+    kernel_check: bool,
+    keep_image: Option<&std::path::Path>,
+) -> i32 {
+    match replay(repro, torn, kernel_check, keep_image) {
         Err(e) => {
             eprintln!("jext crash --replay: {e}");
             2

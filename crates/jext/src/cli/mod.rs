@@ -153,6 +153,10 @@ enum Command {
         /// Default: every state with --budget, every 50th otherwise.
         #[arg(long)]
         e2fsck_every: Option<u64>,
+        /// Also loop-mount every N-th state (default 20) in Linux and compare its
+        /// recovery with jext's (root). With --replay: the replayed state.
+        #[arg(long, num_args = 0..=1, default_missing_value = "20", value_name = "N")]
+        kernel_check: Option<u64>,
         /// Seed for the sampled crash points and subsets.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -228,6 +232,7 @@ pub fn run(cli: Cli) -> i32 {
             workloads,
             torn,
             e2fsck_every,
+            kernel_check,
             seed,
             replay,
             keep_image,
@@ -238,6 +243,7 @@ pub fn run(cli: Cli) -> i32 {
             workloads,
             torn,
             e2fsck_every,
+            kernel_check,
             seed,
             replay,
             keep_image,
