@@ -1,12 +1,11 @@
 //! `jext crash`: runs the crash explorer and reports counts per mode, the rate, and each
 //! failure with the one line that replays it; `jext crash --replay LINE` replays one.
 
-use indicatif::{ProgressBar, ProgressStyle};
+use super::progress::Progress;
 use jext::DataMode;
 use jext_crash::{
     explore, replay, Config, Counts, Plan, Reproducer, Sampling, Summary, WorkloadId,
 };
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -55,17 +54,17 @@ pub fn run(args: Args) -> i32 {
     } else {
         Plan::Ci
     };
-    let bar = progress_bar();
+    let bar = Progress::spinner("exploring");
     let started = Instant::now();
     let report = |c: &Counts| {
         let rate = c.states as f64 / started.elapsed().as_secs_f64().max(1e-3);
-        bar.set_message(format!(
+        bar.say(format!(
             "{} workloads, {} crash points, {} states ({rate:.0}/s), {} failures",
             c.workloads, c.crash_points, c.states, c.failures
         ));
     };
     let summary = explore(plan, &only, &config, &report);
-    bar.finish_and_clear();
+    bar.finish();
     print_summary(&summary, &config);
     if summary.total().failures == 0 && summary.errors.is_empty() {
         0
@@ -130,18 +129,6 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         }
     };
     Ok(Duration::from_secs(secs))
-}
-
-fn progress_bar() -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new_spinner();
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed}] {msg}").expect("a valid template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
 }
 
 fn print_summary(summary: &Summary, config: &Config) {

@@ -6,6 +6,7 @@
 //! Must never write to an image for `ls`, `cat` or `get`: those open it read-only, and
 //! a journal that needs recovery is replayed in memory only.
 
+use super::progress::Progress;
 use jext::{FileKind, Fs, Ino, MountOptions, SetAttr, Stat, Timestamp, XattrSetMode};
 use std::fs;
 use std::io::Write;
@@ -34,12 +35,21 @@ fn open(image: &Path, read_only: bool) -> Result<Fs> {
         read_only,
         ..MountOptions::default()
     };
-    if !read_only {
-        return Ok(Fs::open_path(image, options).map_err(|e| failed(&e))?);
-    }
-    let device = jext::open_device(image, true).map_err(|e| failed(&e))?;
-    let overlay: Arc<dyn jext::BlockDevice> = Arc::new(jext::OverlayDevice::new(device));
-    Ok(Fs::open(overlay, options).map_err(|e| failed(&e))?)
+    // Opening replays a dirty journal, which for a long one takes a while.
+    let progress = Progress::spinner(&format!("opening {}", image.display()));
+    let opened = if read_only {
+        jext::open_device(image, true)
+            .map_err(|e| failed(&e))
+            .and_then(|device| {
+                let overlay: Arc<dyn jext::BlockDevice> =
+                    Arc::new(jext::OverlayDevice::new(device));
+                Fs::open(overlay, options).map_err(|e| failed(&e))
+            })
+    } else {
+        Fs::open_path(image, options).map_err(|e| failed(&e))
+    };
+    progress.finish();
+    Ok(opened?)
 }
 
 fn resolve(fs: &Fs, path: &str) -> Result<Ino> {
@@ -121,13 +131,16 @@ pub fn get(image: &Path, path: &str, dest: &Path) -> i32 {
         (|| {
             let fs = open(image, true)?;
             let ino = resolve(&fs, path)?;
-            copy_out(&fs, ino, dest)
+            let progress = Progress::copy("copying out");
+            let copied = copy_out(&fs, ino, dest, &progress);
+            progress.finish();
+            copied
         })(),
     )
 }
 
 /// Copies inode `ino` (recursively for a directory) to `dest` on the host.
-fn copy_out(fs: &Fs, ino: Ino, dest: &Path) -> Result<()> {
+fn copy_out(fs: &Fs, ino: Ino, dest: &Path, progress: &Progress) -> Result<()> {
     let st = fs.stat(ino)?;
     match st.kind {
         FileKind::Directory => {
@@ -138,13 +151,15 @@ fn copy_out(fs: &Fs, ino: Ino, dest: &Path) -> Result<()> {
                 let Some(last) = entries.last() else { break };
                 cookie = last.next_cookie;
                 for e in entries.iter().filter(|e| e.name != b"." && e.name != b"..") {
-                    copy_out(fs, e.ino, &dest.join(std::ffi::OsStr::from_bytes(&e.name)))?;
+                    let to = dest.join(std::ffi::OsStr::from_bytes(&e.name));
+                    copy_out(fs, e.ino, &to, progress)?;
                 }
             }
         }
         FileKind::Symlink => {
             let target = fs.readlink(ino)?;
             std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), dest)?;
+            progress.file_done("copied out");
             return Ok(()); // a symlink's own mode and times are not settable portably
         }
         FileKind::Regular => {
@@ -157,6 +172,7 @@ fn copy_out(fs: &Fs, ino: Ino, dest: &Path) -> Result<()> {
                 }
                 offset += chunk.len() as u64;
                 out.write_all(&chunk)?;
+                progress.bytes(chunk.len() as u64);
             }
         }
         other => {
@@ -180,6 +196,7 @@ fn copy_out(fs: &Fs, ino: Ino, dest: &Path) -> Result<()> {
         .read(true)
         .open(dest)?
         .set_times(times)?;
+    progress.file_done("copied out");
     Ok(())
 }
 
@@ -213,8 +230,11 @@ pub fn put(src: &Path, image: &Path, path: &str) -> i32 {
             let fs = open(image, false)?;
             let (parent, name) = split(path)?;
             let parent = resolve(&fs, parent)?;
-            let copied = copy_in(&fs, src, parent, name.as_bytes());
+            let progress = Progress::copy("copying in");
+            let copied = copy_in(&fs, src, parent, name.as_bytes(), &progress);
+            progress.say("writing back and checkpointing".into());
             let unmounted = fs.unmount();
+            progress.finish();
             copied?;
             Ok(unmounted?)
         })(),
@@ -232,7 +252,7 @@ fn split(path: &str) -> Result<(&str, &str)> {
 }
 
 /// Copies the host path `src` into directory `parent` as `name`.
-fn copy_in(fs: &Fs, src: &Path, parent: Ino, name: &[u8]) -> Result<()> {
+fn copy_in(fs: &Fs, src: &Path, parent: Ino, name: &[u8], progress: &Progress) -> Result<()> {
     let meta = fs::symlink_metadata(src)?;
     let (uid, gid) = (meta.uid(), meta.gid());
     let perm = meta.mode() & 0o7777;
@@ -240,20 +260,28 @@ fn copy_in(fs: &Fs, src: &Path, parent: Ino, name: &[u8]) -> Result<()> {
         let st = fs.mkdir(parent, name, perm, uid, gid)?;
         for entry in fs::read_dir(src)? {
             let entry = entry?;
-            copy_in(fs, &entry.path(), st.ino, entry.file_name().as_bytes())?;
+            copy_in(
+                fs,
+                &entry.path(),
+                st.ino,
+                entry.file_name().as_bytes(),
+                progress,
+            )?;
         }
         st
     } else if meta.file_type().is_symlink() {
         let target = fs::read_link(src)?;
-        return Ok(fs
-            .symlink(parent, name, target.as_os_str().as_bytes(), uid, gid)
-            .map(drop)?);
+        fs.symlink(parent, name, target.as_os_str().as_bytes(), uid, gid)?;
+        progress.file_done("copied in");
+        return Ok(());
     } else if meta.is_file() {
         let st = fs.create(parent, name, perm, uid, gid)?;
         let data = fs::read(src)?;
         let mut offset = 0;
         while offset < data.len() {
-            offset += fs.write(st.ino, offset as u64, &data[offset..])?;
+            let n = fs.write(st.ino, offset as u64, &data[offset..])?;
+            offset += n;
+            progress.bytes(n as u64);
         }
         st
     } else {
@@ -278,6 +306,7 @@ fn copy_in(fs: &Fs, src: &Path, parent: Ino, name: &[u8]) -> Result<()> {
     for (name, value) in host_xattrs(src)? {
         fs.setxattr(st.ino, &name, &value, XattrSetMode::Either)?;
     }
+    progress.file_done("copied in");
     Ok(())
 }
 

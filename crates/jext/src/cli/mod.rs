@@ -6,6 +6,7 @@ mod crash;
 mod demo;
 mod files;
 mod mount;
+mod progress;
 mod tools;
 
 use clap::{Parser, Subcommand};

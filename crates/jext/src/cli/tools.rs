@@ -1,5 +1,6 @@
 //! `jext mkfs`, `jext fsck` and `jext debug`.
 
+use super::progress::Progress;
 use clap::Subcommand;
 use jext::{dump, fsck as check, mkfs as make, DebugWhat, FileDevice, MkfsOptions};
 use std::path::Path;
@@ -69,7 +70,10 @@ pub fn mkfs(
         assume_zeroed: zeroed,
         ..MkfsOptions::default()
     };
-    match make(device, &opts) {
+    let progress = Progress::spinner(&format!("making a file system on {}", image.display()));
+    let made = make(device, &opts);
+    progress.finish();
+    match made {
         Ok(r) => {
             println!(
                 "made {}: {} blocks of {} bytes, {} groups, {} inodes, journal {} blocks{}",
@@ -99,7 +103,10 @@ pub fn fsck(image: &Path) -> i32 {
             return 8;
         }
     };
-    match check(device) {
+    let progress = Progress::spinner(&format!("checking {}", image.display()));
+    let checked = check(device);
+    progress.finish();
+    match checked {
         Ok(report) => {
             for note in &report.notes {
                 println!("note: {note}");
