@@ -9,6 +9,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -124,7 +125,7 @@ fn exercise(model: &mut Model, dir: &Path, rng: &mut StdRng, steps: usize) {
     for step in 0..steps {
         let name = format!("f{}", rng.gen_range(0..6));
         let path = dir.join(&name);
-        match rng.gen_range(0..10) {
+        match rng.gen_range(0..12) {
             0..=3 => {
                 let offset = rng.gen_range(0..200_000u64);
                 let len = rng.gen_range(1..20_000usize);
@@ -214,13 +215,76 @@ fn exercise(model: &mut Model, dir: &Path, rng: &mut StdRng, steps: usize) {
                     );
                 }
             }
-            _ => {
+            9 => {
                 if step % 50 == 0 {
                     check_against(model, dir);
                 }
             }
+            10 => {
+                if let Some(m) = model.get_mut(&name).filter(|m| !m.is_empty()) {
+                    let offset = rng.gen_range(0..m.len());
+                    let len = rng.gen_range(1..=(m.len() - offset).min(20_000));
+                    let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                    with_shared_map(&path, m.len(), true, |map| {
+                        map[offset..offset + len].copy_from_slice(&data)
+                    });
+                    m[offset..offset + len].copy_from_slice(&data);
+                }
+            }
+            _ => {
+                if let Some(m) = model.get(&name).filter(|m| !m.is_empty()) {
+                    let same = with_shared_map(&path, m.len(), false, |map| map == &m[..]);
+                    assert!(same, "mmap read of {name} differs, step {step}");
+                }
+            }
         }
     }
+}
+
+/// Maps the first `len` bytes of `path` shared (writable if `write`), runs `f` on them,
+/// and for a writable map `msync`s before unmapping, as a program that means it would.
+fn with_shared_map<R>(path: &Path, len: usize, write: bool, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(path)
+        .unwrap();
+    let prot = libc::PROT_READ | if write { libc::PROT_WRITE } else { 0 };
+    // SAFETY: a fresh mapping of an open file descriptor; the kernel picks the address.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(
+        addr,
+        libc::MAP_FAILED,
+        "mmap {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: the mapping is `len` bytes, readable (and writable when `write`), and nothing
+    // else in this process touches it until it is unmapped below.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(addr.cast::<u8>(), len) };
+    let result = f(bytes);
+    // SAFETY: addr and len are the mapping made above, unmapped exactly once.
+    unsafe {
+        if write {
+            assert_eq!(
+                libc::msync(addr, len, libc::MS_SYNC),
+                0,
+                "msync {}",
+                path.display()
+            );
+        }
+        assert_eq!(libc::munmap(addr, len), 0);
+    }
+    result
 }
 
 #[test]
