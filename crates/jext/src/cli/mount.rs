@@ -74,6 +74,10 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
     });
     let served = mounted.run();
     let _ = std::fs::remove_file(&pid_file);
+    if served.is_ok() {
+        // A clean unmount leaves nothing to read in the background daemon's log.
+        let _ = std::fs::remove_file(log_file(&mountpoint));
+    }
     served.map_err(|e| format!("serving {}: {e}", mountpoint.display()))
 }
 
@@ -85,16 +89,27 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
     std::fs::canonicalize(path).map_err(|e| format!("mount point {}: {e}", path.display()))
 }
 
+/// Where the daemon of `mountpoint` notes its process id (read by `jext umount`).
 fn pid_file(mountpoint: &Path) -> PathBuf {
+    run_file(mountpoint, "pid")
+}
+
+/// Where a background daemon's messages go; kept only when it ends with an error.
+fn log_file(mountpoint: &Path) -> PathBuf {
+    run_file(mountpoint, "log")
+}
+
+fn run_file(mountpoint: &Path, extension: &str) -> PathBuf {
     let name = mountpoint.to_string_lossy().replace('/', "%");
-    Path::new(PID_DIR).join(format!("{name}.pid"))
+    Path::new(PID_DIR).join(format!("{name}.{extension}"))
 }
 
 /// Starts the daemon and waits for its mount (or its failure).
 fn start_daemon(image: &Path, mountpoint: &Path, options: Option<&str>) -> Result<(), String> {
     let mountpoint = absolute(mountpoint)?;
-    let log = std::env::temp_dir().join(format!("jext-mount-{}.log", std::process::id()));
-    let log_file =
+    let log = log_file(&mountpoint);
+    let _ = std::fs::create_dir_all(PID_DIR);
+    let log_out =
         std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the jext binary: {e}"))?;
     let mut cmd = Command::new(exe);
@@ -105,7 +120,7 @@ fn start_daemon(image: &Path, mountpoint: &Path, options: Option<&str>) -> Resul
     cmd.arg(image).arg(&mountpoint);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(log_file);
+        .stderr(log_out);
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd
         .spawn()
