@@ -149,3 +149,33 @@ fn linux_recovers_a_sample_of_states_as_jext_does() {
     assert_eq!(summary.total().failures, 0, "{:#?}", summary.failures);
     assert!(summary.total().kernel_checks >= 40, "{:?}", summary.total());
 }
+
+/// iJournaling's second scenario must really reach external extent blocks: the appends
+/// of `/big` interleave with `/spoiler`'s, so no two of its blocks are adjacent and its
+/// extents outgrow the four the inode holds.
+#[test]
+fn append_extents_needs_an_external_extent_block() {
+    use jext_fs::{mkfs, DataMode, Fs, MkfsOptions};
+    use std::sync::Arc;
+    let workload = jext_crash::generate(&"append-extents-24".parse().unwrap()).unwrap();
+    let dev = Arc::new(jext_device::SimDevice::new(jext_crash::record::IMAGE_BYTES));
+    let opts = MkfsOptions {
+        block_size: Some(4096),
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.clone(), &opts).unwrap();
+    let fs = Fs::open(dev, jext_crash::record::mount_options(DataMode::Ordered)).unwrap();
+    for (i, op) in workload.ops.iter().enumerate() {
+        jext_crash::record::apply(&fs, op, i).unwrap();
+    }
+    let big = fs.stat(fs.resolve("/big").unwrap()).unwrap();
+    let extents = fs.extents(big.ino).unwrap();
+    assert!(extents.len() > 4, "{} extents", extents.len());
+    assert!(
+        big.blocks_512 * 512 > big.size,
+        "an extent block beyond the data: {} bytes allocated for {}",
+        big.blocks_512 * 512,
+        big.size
+    );
+}
