@@ -50,6 +50,10 @@ fn load_dir(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Inode> {
 /// The inode `name` names in directory `parent`.
 pub(crate) fn lookup(fs: &FsInner, st: &mut FsState, parent: u32, name: &[u8]) -> FsResult<u32> {
     let raw = load_dir(fs, st, parent)?;
+    // As ext4_lookup: a name no entry can hold is too long, not missing.
+    if name.len() > crate::format::dirent::MAX_NAME_LEN {
+        return Err(FsError::NameTooLong(name_str(name)));
+    }
     match name {
         b"." => Ok(parent),
         b".." => dotdot(fs, parent, &raw),

@@ -662,3 +662,104 @@ fn a_daemon_killed_mid_workload_recovers_every_program() {
     }
     let _ = fs::remove_file(&committed_log);
 }
+
+/// What pjdfstest's configuration enables: the features Linux ext4 has, and two system
+/// users for the tests that switch users.
+const PJDFSTEST_CONFIG: &str = r#"
+[features]
+posix_fallocate = {}
+utime_now = {}
+utimensat = {}
+
+[settings]
+naptime = 0.01
+
+[dummy_auth]
+entries = [["nobody", "nogroup"], ["daemon", "daemon"]]
+"#;
+
+/// Runs pjdfstest in `dir`; returns each test's name and verdict (`ok`, `FAILED`,
+/// `skipped`) and the summary line.
+fn pjdfstest(config: &Path, dir: &Path) -> (BTreeMap<String, String>, String) {
+    let out = Command::new("pjdfstest")
+        .arg("-c")
+        .arg(config)
+        .arg("-p")
+        .arg(dir)
+        .output()
+        .expect("cannot run pjdfstest (scripts/setup installs it with cargo install pjdfstest)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let verdicts = text
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let (name, verdict) = (words.next()?, words.next()?);
+            let known = ["ok", "FAILED", "skipped"].contains(&verdict);
+            (known && words.next().is_none() && name.contains("::"))
+                .then(|| (name.to_string(), verdict.to_string()))
+        })
+        .collect();
+    let summary = text
+        .lines()
+        .find(|l| l.starts_with("Summary"))
+        .unwrap_or("")
+        .to_string();
+    (verdicts, summary)
+}
+
+/// pjdfstest (the POSIX suite) on a jext mount with allow_other,default_permissions and
+/// on a Linux ext4 loop mount in the same run: every test that passes on ext4 passes on
+/// jext. The one allowed difference is a skip, not a failure: glibc's pathconf knows
+/// LINK_MAX only for file system types it recognises, and FUSE is not one of them.
+#[test]
+fn pjdfstest_passes_on_jext_what_it_passes_on_ext4() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("pjdfstest");
+    let config = s.dir.join("pjdfstest.toml");
+    fs::write(&config, PJDFSTEST_CONFIG).unwrap();
+    let ext4_image = s.dir.join("ext4.img");
+    fs::File::create(&ext4_image)
+        .unwrap()
+        .set_len(128 << 20)
+        .unwrap();
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&ext4_image)
+        .status()
+        .unwrap();
+    assert!(mkfs.success());
+    let ext4_mnt = s.dir.join("ext4");
+    fs::create_dir_all(&ext4_mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-o", "loop"])
+        .arg(&ext4_image)
+        .arg(&ext4_mnt)
+        .status();
+    assert!(mounted.unwrap().success(), "loop mount of ext4");
+    let (on_ext4, ext4_summary) = pjdfstest(&config, &ext4_mnt);
+    let _ = Command::new("umount").arg(&ext4_mnt).status();
+
+    mount(&s, "allow_other,default_permissions");
+    let (on_jext, jext_summary) = pjdfstest(&config, &s.mnt());
+    umount(&s);
+    e2fsck_clean(&s.image());
+    eprintln!("pjdfstest on ext4: {ext4_summary}\npjdfstest on jext: {jext_summary}");
+    assert!(on_ext4.len() > 300, "pjdfstest ran on ext4: {ext4_summary}");
+    let passed = |v: &BTreeMap<String, String>| v.values().filter(|r| *r == "ok").count();
+    let missing: Vec<String> = on_ext4
+        .iter()
+        .filter(|(_, v)| *v == "ok")
+        .filter(|(name, _)| {
+            let jext = on_jext.get(*name).map(String::as_str);
+            jext != Some("ok") && !(*name == "link::link_count_max" && jext == Some("skipped"))
+        })
+        .map(|(name, _)| format!("{name}: {:?}", on_jext.get(name)))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "pass on ext4, not on jext: {missing:#?}"
+    );
+    assert!(passed(&on_jext) + 1 >= passed(&on_ext4));
+}
