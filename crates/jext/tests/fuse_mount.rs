@@ -455,6 +455,22 @@ fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> i32 {
     }
 }
 
+/// A `jext mount -f` daemon, once its mount is up (for tests that kill it).
+fn foreground_daemon(s: &Scratch) -> Child {
+    let mut daemon = Command::new(JEXT)
+        .args([
+            "mount",
+            "-f",
+            s.image().to_str().unwrap(),
+            s.mnt().to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_mount(&s.mnt(), &mut daemon);
+    daemon
+}
+
 fn wait_for_mount(mnt: &Path, daemon: &mut Child) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let want = mnt.to_string_lossy().to_string();
@@ -481,17 +497,7 @@ fn a_killed_daemon_loses_nothing_it_fsynced() {
         return;
     }
     let s = Scratch::new("kill");
-    let mut daemon = Command::new(JEXT)
-        .args([
-            "mount",
-            "-f",
-            s.image().to_str().unwrap(),
-            s.mnt().to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_mount(&s.mnt(), &mut daemon);
+    let mut daemon = foreground_daemon(&s);
     let mut synced = Model::new();
     for i in 0..40 {
         let name = format!("s{i}");
@@ -603,17 +609,7 @@ fn a_daemon_killed_mid_workload_recovers_every_program() {
     ];
     for (name, script) in workloads {
         let s = Scratch::new(&format!("kill-{name}"));
-        let mut daemon = Command::new(JEXT)
-            .args([
-                "mount",
-                "-f",
-                s.image().to_str().unwrap(),
-                s.mnt().to_str().unwrap(),
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_for_mount(&s.mnt(), &mut daemon);
+        let mut daemon = foreground_daemon(&s);
         let mut workload = Command::new("sh")
             .args(["-c", &script])
             .current_dir(s.mnt())
