@@ -2,9 +2,10 @@
 //! within a run (A B A B …), and reports medians and ratios against Linux ext4
 //! `data=ordered` and against the raw device, with the device requests each system caused.
 //!
-//! Promises: every system is set up fresh (new image, new mkfs) for every repetition and
-//! torn down after it; a system that fails is reported and the others still run; figures
-//! come only from runs that completed. Benchmarks are commands, never timed tests.
+//! Promises: every system is set up fresh (new image, new mkfs) for every repetition of
+//! every variant (thread count, background rate, sync kind) and torn down after it; a
+//! system that fails is reported and the others still run; figures come only from runs
+//! that completed. Benchmarks are commands, never timed tests.
 
 pub mod experiments;
 pub mod report;
