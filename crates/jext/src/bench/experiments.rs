@@ -5,10 +5,16 @@
 //! makes them durable) and nothing of setup or teardown. Data is not all zeros, so no
 //! layer can skip it. Must never report a figure for a run that failed part-way.
 
-use super::systems::{IoCounts, Running};
-use crate::signals::check_interrupt;
+use super::systems::{BenchFile, IoCounts, Running};
+use crate::signals::{check_interrupt, interrupted};
 use std::io;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The unit of the small-write experiments: one file-system block.
+const BLOCK: usize = 4096;
 
 /// What one run of one experiment on one system measured.
 #[derive(Clone, Debug)]
@@ -19,9 +25,17 @@ pub enum Measured {
         seconds: f64,
         io: Option<IoCounts>,
     },
-    /// Per-operation latencies (ns) and the device requests of all of them together.
+    /// Per-operation latencies (ns) and the device requests of all of them together; with
+    /// a background writer, the rate it achieved meanwhile.
     Latency {
         latencies_ns: Vec<u64>,
+        io: Option<IoCounts>,
+        background_mib_per_s: Option<f64>,
+    },
+    /// Operations done in a wall-clock time (by all threads together).
+    Ops {
+        ops: u64,
+        seconds: f64,
         io: Option<IoCounts>,
     },
     /// A long write with memory sampled along the way: the peaks seen.
@@ -59,17 +73,17 @@ pub fn sequential_write(
     );
     let chunk = pattern(chunk_bytes, 1);
     let mut file = sys.create("seq", 0)?;
-    let before = sys.io()?;
-    let start = Instant::now();
-    let mut offset = 0;
-    while offset < total_bytes {
-        check_interrupt()?;
-        file.write_at(offset, &chunk)?;
-        offset += chunk_bytes as u64;
-    }
-    file.sync(false)?;
-    let seconds = start.elapsed().as_secs_f64();
-    let io = delta(sys.io()?, before);
+    let (seconds, io) = counted(sys, || {
+        let start = Instant::now();
+        let mut offset = 0;
+        while offset < total_bytes {
+            check_interrupt()?;
+            file.write_at(offset, &chunk)?;
+            offset += chunk_bytes as u64;
+        }
+        file.sync(false)?;
+        Ok(start.elapsed().as_secs_f64())
+    })?;
     Ok(Measured::Throughput {
         bytes: total_bytes,
         seconds,
@@ -84,20 +98,268 @@ pub fn allocating_write_fsync(
     count: usize,
     data_only: bool,
 ) -> io::Result<Measured> {
-    const BLOCK: usize = 4096;
     let mut file = sys.create("fsync", 0)?;
     let block = pattern(BLOCK, 2);
-    let before = sys.io()?;
+    let (latencies_ns, io) = counted(sys, || {
+        let mut latencies_ns = Vec::with_capacity(count);
+        for i in 0..count {
+            check_interrupt()?;
+            let start = Instant::now();
+            file.write_at((i * BLOCK) as u64, &block)?;
+            file.sync(data_only)?;
+            latencies_ns.push(start.elapsed().as_nanos() as u64);
+        }
+        Ok(latencies_ns)
+    })?;
+    Ok(Measured::Latency {
+        latencies_ns,
+        io,
+        background_mib_per_s: None,
+    })
+}
+
+/// Where each raw `dwsl` thread writes: its own region of the device, far enough apart
+/// that no thread's appends reach the next one's.
+const DWSL_REGION_BYTES: u64 = 64 << 20;
+
+/// How many threads `dwsl` runs with: doubling from one up to `max`, and `max` itself.
+pub fn thread_plan(max: usize) -> Vec<usize> {
+    let mut plan: Vec<usize> = std::iter::successors(Some(1), |n| Some(n * 2))
+        .take_while(|&n| n < max)
+        .collect();
+    plan.push(max.max(1));
+    plan
+}
+
+/// `dwsl` (fxmark DWSL; iJournaling Fig. 9, BarrierFS Fig. 13): `threads` threads, each
+/// `ops_per_thread` times appending 4 KiB to its own file and fsyncing it. The clock runs
+/// from the moment all threads are released together until the last one is done.
+pub fn dwsl(sys: &Running, threads: usize, ops_per_thread: usize) -> io::Result<Measured> {
+    let files = (0..threads)
+        .map(|t| sys.create(&format!("dwsl{t}"), t as u64 * DWSL_REGION_BYTES))
+        .collect::<io::Result<Vec<_>>>()?;
+    let start_line = Barrier::new(threads + 1);
+    let (seconds, io) = counted(sys, || {
+        thread::scope(|scope| {
+            let workers: Vec<_> = files
+                .into_iter()
+                .enumerate()
+                .map(|(t, file)| {
+                    let start_line = &start_line;
+                    scope.spawn(move || append_and_fsync(file, ops_per_thread, t, start_line))
+                })
+                .collect();
+            start_line.wait();
+            let start = Instant::now();
+            for worker in workers {
+                worker.join().expect("a dwsl thread panicked")?;
+            }
+            Ok(start.elapsed().as_secs_f64())
+        })
+    })?;
+    Ok(Measured::Ops {
+        ops: (threads * ops_per_thread) as u64,
+        seconds,
+        io,
+    })
+}
+
+fn append_and_fsync(
+    mut file: BenchFile,
+    count: usize,
+    seed: usize,
+    start_line: &Barrier,
+) -> io::Result<()> {
+    let block = pattern(BLOCK, 10 + seed as u64);
+    start_line.wait();
+    for i in 0..count {
+        check_interrupt()?;
+        file.write_at((i * BLOCK) as u64, &block)?;
+        file.sync(false)?;
+    }
+    Ok(())
+}
+
+/// The background writer of `fsync-tail`: 1 MiB buffered writes, no sync, cycling through a
+/// window (so the image need not grow with the run), in a region of its own on raw systems.
+const BACKGROUND_CHUNK: usize = 1 << 20;
+const BACKGROUND_WINDOW_BYTES: u64 = 768 << 20;
+const BACKGROUND_REGION: u64 = 1 << 30;
+
+/// Holds a writer to a rate: bytes are due at the time they take at that rate from the
+/// start. A writer ahead of schedule sleeps until it is due; one behind (its writes blocked)
+/// writes on without sleeping, so the achieved rate is reported, not assumed.
+#[derive(Clone, Copy, Debug)]
+pub struct Pacer {
+    bytes_per_sec: u64,
+}
+
+impl Pacer {
+    pub fn new(mib_per_s: u64) -> Pacer {
+        assert!(mib_per_s > 0, "a paced writer needs a rate");
+        Pacer {
+            bytes_per_sec: mib_per_s << 20,
+        }
+    }
+
+    /// When, after the start, `bytes` written so far are due.
+    pub fn due(&self, bytes: u64) -> Duration {
+        let nanos = u128::from(bytes) * 1_000_000_000 / u128::from(self.bytes_per_sec);
+        Duration::from_nanos(nanos as u64)
+    }
+
+    /// How long to sleep after writing `bytes` in `elapsed`.
+    pub fn pause(&self, bytes: u64, elapsed: Duration) -> Duration {
+        self.due(bytes).saturating_sub(elapsed)
+    }
+}
+
+/// `fsync-tail` (iJournaling Fig. 6/7): `count` times, append 80 KiB to a file and fsync it;
+/// each sample is the fsync alone. With `background_mib_per_s`, another thread meanwhile
+/// writes a large file through the cache at that rate, and stops when the tester is done.
+pub fn fsync_tail(
+    sys: &Running,
+    count: usize,
+    background_mib_per_s: Option<u64>,
+) -> io::Result<Measured> {
+    let tester = sys.create("tail", 0)?;
+    let background = match background_mib_per_s {
+        Some(rate) => Some((
+            sys.create("background", BACKGROUND_REGION)?,
+            Pacer::new(rate),
+        )),
+        None => None,
+    };
+    let stop = &AtomicBool::new(false);
+    let ((latencies_ns, achieved), io) = counted(sys, || {
+        thread::scope(|scope| {
+            let writer = background
+                .map(|(file, pacer)| scope.spawn(move || background_writer(file, pacer, stop)));
+            let latencies_ns = timed_appends(tester, count);
+            // The writer must stop whether or not the tester succeeded.
+            stop.store(true, Ordering::Relaxed);
+            let achieved = writer
+                .map(|w| w.join().expect("the background writer panicked"))
+                .transpose()?;
+            Ok((latencies_ns?, achieved))
+        })
+    })?;
+    Ok(Measured::Latency {
+        latencies_ns,
+        io,
+        background_mib_per_s: achieved,
+    })
+}
+
+fn timed_appends(mut file: BenchFile, count: usize) -> io::Result<Vec<u64>> {
+    const APPEND: usize = 80 << 10;
+    let data = pattern(APPEND, 5);
     let mut latencies_ns = Vec::with_capacity(count);
     for i in 0..count {
         check_interrupt()?;
+        file.write_at((i * APPEND) as u64, &data)?;
         let start = Instant::now();
-        file.write_at((i * BLOCK) as u64, &block)?;
-        file.sync(data_only)?;
+        file.sync(false)?;
         latencies_ns.push(start.elapsed().as_nanos() as u64);
     }
-    let io = delta(sys.io()?, before);
-    Ok(Measured::Latency { latencies_ns, io })
+    Ok(latencies_ns)
+}
+
+/// Writes until `stop`; returns the MiB/s it achieved.
+fn background_writer(mut file: BenchFile, pacer: Pacer, stop: &AtomicBool) -> io::Result<f64> {
+    let chunk = pattern(BACKGROUND_CHUNK, 6);
+    let start = Instant::now();
+    let mut written = 0u64;
+    while !stop.load(Ordering::Relaxed) && !interrupted() {
+        file.write_at(written % BACKGROUND_WINDOW_BYTES, &chunk)?;
+        written += BACKGROUND_CHUNK as u64;
+        thread::sleep(pacer.pause(written, start.elapsed()));
+    }
+    Ok(written as f64 / f64::from(1 << 20) / start.elapsed().as_secs_f64())
+}
+
+/// Where the 4 KiB writes of `ordered-write` and `io-per-fsync` go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Each write a new block at the end of the file (allocating).
+    Append,
+    /// Random blocks of a preallocated, already durable 64 MiB file (no allocation).
+    Overwrite,
+}
+
+/// What follows each write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    /// Nothing (orderless); one fdatasync at the end makes the run durable.
+    Nothing,
+    Fsync,
+    Fdatasync,
+}
+
+const OVERWRITE_FILE_BYTES: u64 = 64 << 20;
+
+/// `ordered-write` (BarrierFS Fig. 9) and `io-per-fsync`: `count` 4 KiB writes placed by
+/// `placement`, each followed by `after`; the clock covers the writes and the syncs.
+pub fn synced_writes(
+    sys: &Running,
+    placement: Placement,
+    after: After,
+    count: usize,
+) -> io::Result<Measured> {
+    let mut file = sys.create("writes", 0)?;
+    let offsets = match placement {
+        Placement::Append => (0..count as u64).map(|i| i * BLOCK as u64).collect(),
+        Placement::Overwrite => {
+            preallocate(&mut file, OVERWRITE_FILE_BYTES)?;
+            random_blocks(count, OVERWRITE_FILE_BYTES / BLOCK as u64, 7)
+        }
+    };
+    let block = pattern(BLOCK, 8);
+    let (seconds, io) = counted(sys, || {
+        let start = Instant::now();
+        for &offset in &offsets {
+            check_interrupt()?;
+            file.write_at(offset, &block)?;
+            match after {
+                After::Nothing => {}
+                After::Fsync => file.sync(false)?,
+                After::Fdatasync => file.sync(true)?,
+            }
+        }
+        if after == After::Nothing {
+            file.sync(true)?;
+        }
+        Ok(start.elapsed().as_secs_f64())
+    })?;
+    Ok(Measured::Ops {
+        ops: count as u64,
+        seconds,
+        io,
+    })
+}
+
+/// Writes `bytes` of the file and fsyncs, so later overwrites allocate nothing.
+fn preallocate(file: &mut BenchFile, bytes: u64) -> io::Result<()> {
+    let chunk = pattern(1 << 20, 9);
+    for offset in (0..bytes).step_by(chunk.len()) {
+        check_interrupt()?;
+        file.write_at(offset, &chunk)?;
+    }
+    file.sync(false)
+}
+
+/// `count` byte offsets of blocks drawn uniformly (and repeatably, by `seed`) from the
+/// first `blocks` blocks.
+pub fn random_blocks(count: usize, blocks: u64, seed: u64) -> Vec<u64> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..count)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % blocks) * BLOCK as u64
+        })
+        .collect()
 }
 
 /// `memory`: write `total_bytes` sequentially without any sync (so only writeback and the
@@ -145,8 +407,19 @@ pub fn resident_bytes() -> io::Result<u64> {
         .ok_or_else(|| io::Error::other("no VmRSS in /proc/self/status"))
 }
 
-fn delta(after: Option<IoCounts>, before: Option<IoCounts>) -> Option<IoCounts> {
-    Some(after?.since(&before?))
+/// Runs `work` and returns its result with the device requests the system made meanwhile
+/// (where they can be counted): the one way every experiment counts requests.
+fn counted<T>(
+    sys: &Running,
+    work: impl FnOnce() -> io::Result<T>,
+) -> io::Result<(T, Option<IoCounts>)> {
+    let before = sys.io()?;
+    let value = work()?;
+    let io = sys
+        .io()?
+        .zip(before)
+        .map(|(after, before)| after.since(&before));
+    Ok((value, io))
 }
 
 #[cfg(test)]
@@ -159,6 +432,48 @@ mod tests {
         assert_eq!(a, pattern(4096, 1));
         assert_ne!(a, pattern(4096, 2));
         assert!(a.iter().filter(|&&b| b == a[0]).count() < 100);
+    }
+
+    #[test]
+    fn dwsl_doubles_its_threads_up_to_the_maximum() {
+        assert_eq!(thread_plan(8), vec![1, 2, 4, 8]);
+        assert_eq!(thread_plan(6), vec![1, 2, 4, 6]);
+        assert_eq!(thread_plan(1), vec![1]);
+        assert_eq!(thread_plan(0), vec![1]);
+    }
+
+    #[test]
+    fn the_pacer_holds_a_writer_to_its_rate() {
+        let pacer = Pacer::new(100);
+        assert_eq!(pacer.due(0), Duration::ZERO);
+        assert_eq!(pacer.due(50 << 20), Duration::from_millis(500));
+        assert_eq!(pacer.due(1 << 20), Duration::from_millis(10));
+        // Ahead of schedule: sleep the difference; behind: no sleep at all.
+        assert_eq!(
+            pacer.pause(50 << 20, Duration::from_millis(200)),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            pacer.pause(50 << 20, Duration::from_secs(2)),
+            Duration::ZERO
+        );
+        // 1 MiB writes at 50 MiB/s: one every 20 ms, 3 GiB due after a minute.
+        assert_eq!(Pacer::new(50).due(1 << 20), Duration::from_millis(20));
+        assert_eq!(Pacer::new(50).due(3000 << 20), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn random_blocks_are_aligned_in_range_and_repeatable() {
+        let offsets = random_blocks(10_000, 16_384, 7);
+        assert_eq!(offsets, random_blocks(10_000, 16_384, 7));
+        assert!(offsets
+            .iter()
+            .all(|&o| o % BLOCK as u64 == 0 && o < 16_384 * BLOCK as u64));
+        let mut distinct = offsets.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        // 10,000 draws from 16,384 blocks: about 7,400 distinct, far from a short cycle.
+        assert!(distinct.len() > 6_000, "{} distinct", distinct.len());
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! within a run (A B A B …), and reports medians and ratios against Linux ext4
 //! `data=ordered` and against the raw device, with the device requests each system caused.
 //!
-//! Promises: every system is set up fresh (new image, new mkfs) for every repetition and
-//! torn down after it; a system that fails is reported and the others still run; figures
-//! come only from runs that completed. Benchmarks are commands, never timed tests.
+//! Promises: every system is set up fresh (new image, new mkfs) for every repetition of
+//! every variant (thread count, background rate, sync kind) and torn down after it; a
+//! system that fails is reported and the others still run; figures come only from runs
+//! that completed. Benchmarks are commands, never timed tests.
 
 pub mod experiments;
 pub mod report;
@@ -12,7 +13,7 @@ pub mod rig;
 pub mod stats;
 pub mod systems;
 
-use experiments::Measured;
+use experiments::{After, Measured, Placement};
 use jext::DataMode;
 use rig::Scratch;
 use std::io;
@@ -28,13 +29,25 @@ pub enum Experiment {
     FsyncLatency,
     /// A long write through jext with memory sampled: the caches stay within their bound.
     Memory,
+    /// N threads, each appending 4 KiB + fsync to its own file (aggregate throughput).
+    Dwsl,
+    /// 80 KiB append + fsync, alone and beside a throttled buffered writer (fsync latency).
+    FsyncTail,
+    /// 4 KiB random overwrites, orderless vs each followed by fdatasync (IOPS).
+    OrderedWrite,
+    /// Device requests per fsync and per fdatasync, after appends and after overwrites.
+    IoPerFsync,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 3] = [
+    pub const ALL: [Experiment; 7] = [
         Experiment::Seq,
         Experiment::FsyncLatency,
         Experiment::Memory,
+        Experiment::Dwsl,
+        Experiment::FsyncTail,
+        Experiment::OrderedWrite,
+        Experiment::IoPerFsync,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +55,39 @@ impl Experiment {
             Experiment::Seq => "seq",
             Experiment::FsyncLatency => "fsync-latency",
             Experiment::Memory => "memory",
+            Experiment::Dwsl => "dwsl",
+            Experiment::FsyncTail => "fsync-tail",
+            Experiment::OrderedWrite => "ordered-write",
+            Experiment::IoPerFsync => "io-per-fsync",
+        }
+    }
+
+    /// The settings this experiment runs with, each a run of its own on every system.
+    pub fn variants(self, opts: &BenchOptions) -> Vec<Variant> {
+        let writes = |placement, afters: &[After]| {
+            afters
+                .iter()
+                .map(|&after| Variant::Writes(placement, after))
+                .collect()
+        };
+        match self {
+            Experiment::Seq | Experiment::FsyncLatency | Experiment::Memory => vec![Variant::Only],
+            Experiment::Dwsl => experiments::thread_plan(opts.dwsl_max_threads)
+                .into_iter()
+                .map(Variant::Threads)
+                .collect(),
+            Experiment::FsyncTail => opts
+                .tail_background_mib_per_s
+                .iter()
+                .map(|&rate| Variant::Background(rate))
+                .collect(),
+            Experiment::OrderedWrite => {
+                writes(Placement::Overwrite, &[After::Nothing, After::Fdatasync])
+            }
+            Experiment::IoPerFsync => [Placement::Append, Placement::Overwrite]
+                .into_iter()
+                .flat_map(|p| writes(p, &[After::Fsync, After::Fdatasync]))
+                .collect(),
         }
     }
 
@@ -68,6 +114,44 @@ impl Experiment {
     }
 }
 
+/// One setting of an experiment's parameter; figures of different variants never mix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// The experiment has no parameter.
+    Only,
+    /// `dwsl`: this many threads.
+    Threads(usize),
+    /// `fsync-tail`: a background writer held to this many MiB/s, or none.
+    Background(Option<u64>),
+    /// `ordered-write`, `io-per-fsync`: 4 KiB writes placed so, each followed by that.
+    Writes(Placement, After),
+}
+
+impl Variant {
+    /// A short name for tables ("" when the experiment has no parameter).
+    pub fn label(self) -> String {
+        match self {
+            Variant::Only => String::new(),
+            Variant::Threads(1) => "1 thread".into(),
+            Variant::Threads(n) => format!("{n} threads"),
+            Variant::Background(None) => "alone".into(),
+            Variant::Background(Some(rate)) => format!("{rate} MiB/s writer"),
+            Variant::Writes(placement, after) => {
+                let placement = match placement {
+                    Placement::Append => "append",
+                    Placement::Overwrite => "overwrite",
+                };
+                let after = match after {
+                    After::Nothing => "no sync",
+                    After::Fsync => "fsync",
+                    After::Fdatasync => "fdatasync",
+                };
+                format!("{placement} + {after}")
+            }
+        }
+    }
+}
+
 /// How big a run is.
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
@@ -77,8 +161,16 @@ pub struct BenchOptions {
     pub seq_bytes: u64,
     /// Bytes the `memory` experiment writes.
     pub memory_bytes: u64,
-    /// Operations of each latency experiment.
+    /// Operations of each latency experiment, of `ordered-write` and of `io-per-fsync`.
     pub fsync_count: usize,
+    /// `dwsl` runs with 1, 2, 4 … up to this many threads.
+    pub dwsl_max_threads: usize,
+    /// Appends + fsyncs each `dwsl` thread does.
+    pub dwsl_ops_per_thread: usize,
+    /// fsyncs of the `fsync-tail` tester.
+    pub tail_count: usize,
+    /// The `fsync-tail` background writer's rates (`None`: the tester alone).
+    pub tail_background_mib_per_s: Vec<Option<u64>>,
     /// Where scratch images live (their disk is the disk under test).
     pub dir: PathBuf,
     /// Only systems whose name contains this.
@@ -93,6 +185,10 @@ impl BenchOptions {
             seq_bytes: 1 << 30,
             memory_bytes: 10 << 30,
             fsync_count: 2000,
+            dwsl_max_threads: 8,
+            dwsl_ops_per_thread: 1000,
+            tail_count: 2000,
+            tail_background_mib_per_s: vec![None, Some(50), Some(100), Some(200)],
             dir,
             only: None,
         }
@@ -105,6 +201,10 @@ impl BenchOptions {
             seq_bytes: 256 << 20,
             memory_bytes: 2 << 30,
             fsync_count: 300,
+            dwsl_max_threads: 8,
+            dwsl_ops_per_thread: 50,
+            tail_count: 200,
+            tail_background_mib_per_s: vec![None, Some(100)],
             dir,
             only: None,
         }
@@ -115,6 +215,7 @@ impl BenchOptions {
 #[derive(Debug)]
 pub struct Sample {
     pub experiment: Experiment,
+    pub variant: Variant,
     pub system: System,
     pub repetition: usize,
     pub outcome: Result<Measured, String>,
@@ -166,30 +267,36 @@ pub fn run(opts: &BenchOptions) -> io::Result<Vec<Sample>> {
         })
         .collect();
     let scratch = Scratch::new(&opts.dir)?;
-    let runs_of = |e: Experiment| chosen.iter().filter(|s| e.applies_to(s)).count();
-    let total: usize = opts
+    let plan: Vec<(Experiment, Variant)> = opts
         .experiments
         .iter()
-        .map(|&e| runs_of(e) * opts.repetitions)
+        .flat_map(|&e| e.variants(opts).into_iter().map(move |v| (e, v)))
+        .collect();
+    let runs_of = |e: Experiment| chosen.iter().filter(|s| e.applies_to(s)).count();
+    let total: usize = plan
+        .iter()
+        .map(|&(e, _)| runs_of(e) * opts.repetitions)
         .sum();
     let mut samples = Vec::with_capacity(total);
-    for &experiment in &opts.experiments {
+    for &(experiment, variant) in &plan {
         for repetition in 0..opts.repetitions {
             for system in chosen.iter().filter(|s| experiment.applies_to(s)) {
                 crate::signals::check_interrupt()?;
                 let outcome =
-                    run_one(experiment, system, &scratch, opts).map_err(|e| e.to_string());
+                    run_one(experiment, variant, system, &scratch, opts).map_err(|e| e.to_string());
                 crate::signals::check_interrupt()?;
                 eprintln!(
-                    "[{}/{total}] {} rep {}: {}: {}",
+                    "[{}/{total}] {} {} rep {}: {}: {}",
                     samples.len() + 1,
                     experiment.name(),
+                    variant.label(),
                     repetition + 1,
                     system.name(),
                     report::one_line(&outcome)
                 );
                 samples.push(Sample {
                     experiment,
+                    variant,
                     system: system.clone(),
                     repetition,
                     outcome,
@@ -202,22 +309,38 @@ pub fn run(opts: &BenchOptions) -> io::Result<Vec<Sample>> {
 
 fn run_one(
     experiment: Experiment,
+    variant: Variant,
     system: &System,
     scratch: &Scratch,
     opts: &BenchOptions,
 ) -> io::Result<Measured> {
     let image_bytes = match experiment {
         Experiment::Seq => (opts.seq_bytes * 2).max(1 << 30) + (512 << 20),
-        Experiment::FsyncLatency => 1 << 30,
         Experiment::Memory => opts.memory_bytes + (1 << 30),
+        // The background writer's region starts at 1 GiB on raw systems.
+        Experiment::FsyncTail => 2 << 30,
+        Experiment::FsyncLatency
+        | Experiment::Dwsl
+        | Experiment::OrderedWrite
+        | Experiment::IoPerFsync => 1 << 30,
     };
     let running = system.set_up(scratch, image_bytes)?;
-    let measured = match experiment {
-        Experiment::Seq => experiments::sequential_write(&running, opts.seq_bytes, 1 << 20)?,
-        Experiment::FsyncLatency => {
+    let measured = match (experiment, variant) {
+        (Experiment::Seq, _) => experiments::sequential_write(&running, opts.seq_bytes, 1 << 20)?,
+        (Experiment::FsyncLatency, _) => {
             experiments::allocating_write_fsync(&running, opts.fsync_count, false)?
         }
-        Experiment::Memory => experiments::bounded_memory(&running, opts.memory_bytes)?,
+        (Experiment::Memory, _) => experiments::bounded_memory(&running, opts.memory_bytes)?,
+        (Experiment::Dwsl, Variant::Threads(n)) => {
+            experiments::dwsl(&running, n, opts.dwsl_ops_per_thread)?
+        }
+        (Experiment::FsyncTail, Variant::Background(rate)) => {
+            experiments::fsync_tail(&running, opts.tail_count, rate)?
+        }
+        (Experiment::OrderedWrite | Experiment::IoPerFsync, Variant::Writes(placement, after)) => {
+            experiments::synced_writes(&running, placement, after, opts.fsync_count)?
+        }
+        _ => unreachable!("{experiment:?} has no variant {variant:?}"),
     };
     running.finish()?;
     Ok(measured)
@@ -233,4 +356,54 @@ fn running_as_root() -> bool {
                 .and_then(|l| l.split_whitespace().nth(2).map(|uid| uid == "0"))
         })
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_names_every_experiment_once() {
+        let all = Experiment::parse("all").unwrap();
+        assert_eq!(all.len(), 7);
+        for e in all {
+            assert_eq!(Experiment::parse(e.name()).unwrap(), vec![e]);
+        }
+        assert!(Experiment::parse("dwls")
+            .unwrap_err()
+            .contains("fsync-tail"));
+    }
+
+    #[test]
+    fn variants_of_the_quick_and_full_runs() {
+        let dir = PathBuf::from("/tmp");
+        let quick = BenchOptions::quick(Vec::new(), dir.clone());
+        let full = BenchOptions::full(Vec::new(), dir);
+        let labels = |e: Experiment, o: &BenchOptions| -> Vec<String> {
+            e.variants(o).into_iter().map(Variant::label).collect()
+        };
+        assert_eq!(
+            labels(Experiment::Dwsl, &quick),
+            ["1 thread", "2 threads", "4 threads", "8 threads"]
+        );
+        assert_eq!(
+            labels(Experiment::FsyncTail, &quick),
+            ["alone", "100 MiB/s writer"]
+        );
+        assert_eq!(labels(Experiment::FsyncTail, &full).len(), 4);
+        assert_eq!(
+            labels(Experiment::OrderedWrite, &full),
+            ["overwrite + no sync", "overwrite + fdatasync"]
+        );
+        assert_eq!(
+            labels(Experiment::IoPerFsync, &quick),
+            [
+                "append + fsync",
+                "append + fdatasync",
+                "overwrite + fsync",
+                "overwrite + fdatasync"
+            ]
+        );
+        assert_eq!(labels(Experiment::Seq, &quick), [""]);
+    }
 }

@@ -6,9 +6,9 @@
 //! experiments or invent a value for a run that did not complete.
 
 use super::experiments::Measured;
-use super::stats::{median, ratio, LatencySummary};
+use super::stats::{cdf_us, median, ratio, LatencySummary};
 use super::systems::{Backing, IoCounts, System};
-use super::{Experiment, Sample};
+use super::{Experiment, Sample, Variant};
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -18,10 +18,19 @@ pub fn one_line(outcome: &Result<Measured, String>) -> String {
         Ok(Measured::Throughput { bytes, seconds, .. }) => {
             format!("{:.0} MiB/s", mib(*bytes) / seconds)
         }
-        Ok(Measured::Latency { latencies_ns, .. }) => match LatencySummary::of_ns(latencies_ns) {
-            Some(s) => format!("mean {:.0} µs, p99 {:.0} µs", s.mean_us, s.p99_us),
+        Ok(Measured::Latency {
+            latencies_ns,
+            background_mib_per_s,
+            ..
+        }) => match LatencySummary::of_ns(latencies_ns) {
+            Some(s) => {
+                let writer = background_mib_per_s
+                    .map_or(String::new(), |r| format!(", writer at {r:.0} MiB/s"));
+                format!("mean {:.0} µs, p99 {:.0} µs{writer}", s.mean_us, s.p99_us)
+            }
             None => "no samples".into(),
         },
+        Ok(Measured::Ops { ops, seconds, .. }) => format!("{:.0} ops/s", *ops as f64 / seconds),
         Ok(Measured::Memory {
             bytes,
             seconds,
@@ -42,19 +51,23 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1 << 20)
 }
 
-/// What all repetitions of one system in one experiment add up to.
+/// What all repetitions of one system in one variant of an experiment add up to.
 struct Aggregate<'a> {
     system: &'a System,
     /// Median MiB/s over repetitions (seq).
     mib_per_s: Option<f64>,
+    /// Median operations per second over repetitions (dwsl, ordered-write, io-per-fsync).
+    ops_per_sec: Option<f64>,
     /// All latency samples of all repetitions together.
     latency: Option<LatencySummary>,
+    /// Median rate the background writer achieved (fsync-tail).
+    background_mib_per_s: Option<f64>,
     /// Requests summed over repetitions, and the operations they served.
     io: Option<(IoCounts, u64)>,
     errors: Vec<String>,
 }
 
-fn aggregate<'a>(samples: &'a [Sample], experiment: Experiment) -> Vec<Aggregate<'a>> {
+fn aggregate(samples: &[Sample], experiment: Experiment, variant: Variant) -> Vec<Aggregate<'_>> {
     let mut systems: Vec<&System> = Vec::new();
     for s in samples.iter().filter(|s| s.experiment == experiment) {
         if !systems.contains(&&s.system) {
@@ -63,16 +76,30 @@ fn aggregate<'a>(samples: &'a [Sample], experiment: Experiment) -> Vec<Aggregate
     }
     systems
         .into_iter()
-        .map(|system| aggregate_one(samples, experiment, system))
+        .map(|system| aggregate_one(samples, experiment, variant, system))
         .collect()
+}
+
+/// The variants of an experiment found in the samples, in the order they ran.
+fn variants_of(samples: &[Sample], experiment: Experiment) -> Vec<Variant> {
+    let mut variants = Vec::new();
+    for s in samples.iter().filter(|s| s.experiment == experiment) {
+        if !variants.contains(&s.variant) {
+            variants.push(s.variant);
+        }
+    }
+    variants
 }
 
 fn aggregate_one<'a>(
     samples: &'a [Sample],
     experiment: Experiment,
+    variant: Variant,
     system: &'a System,
 ) -> Aggregate<'a> {
     let mut rates = Vec::new();
+    let mut op_rates = Vec::new();
+    let mut background_rates = Vec::new();
     let mut latencies = Vec::new();
     let mut io_sum: Option<IoCounts> = Some(IoCounts {
         fua_writes: Some(0),
@@ -82,7 +109,7 @@ fn aggregate_one<'a>(
     let mut errors = Vec::new();
     for s in samples
         .iter()
-        .filter(|s| s.experiment == experiment && &s.system == system)
+        .filter(|s| s.experiment == experiment && s.variant == variant && &s.system == system)
     {
         let io = match &s.outcome {
             Ok(Measured::Throughput { bytes, seconds, io }) => {
@@ -90,9 +117,23 @@ fn aggregate_one<'a>(
                 ops += 1;
                 io
             }
-            Ok(Measured::Latency { latencies_ns, io }) => {
+            Ok(Measured::Latency {
+                latencies_ns,
+                io,
+                background_mib_per_s,
+            }) => {
                 latencies.extend_from_slice(latencies_ns);
+                background_rates.extend(*background_mib_per_s);
                 ops += latencies_ns.len() as u64;
+                io
+            }
+            Ok(Measured::Ops {
+                ops: done,
+                seconds,
+                io,
+            }) => {
+                op_rates.push(*done as f64 / seconds);
+                ops += done;
                 io
             }
             // Memory runs have their own table, drawn from the samples directly.
@@ -112,7 +153,9 @@ fn aggregate_one<'a>(
     Aggregate {
         system,
         mib_per_s: median(&rates),
+        ops_per_sec: median(&op_rates),
         latency: LatencySummary::of_ns(&latencies),
+        background_mib_per_s: median(&background_rates),
         io: io_sum.filter(|_| ops > 0).map(|io| (io, ops)),
         errors,
     }
@@ -135,23 +178,169 @@ fn fmt_ratio(r: Option<f64>) -> String {
 pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
     let mut out = String::new();
     for &experiment in experiments {
-        let rows = aggregate(samples, experiment);
+        let variants = variants_of(samples, experiment);
+        let grid: Vec<(Variant, Vec<Aggregate>)> = variants
+            .iter()
+            .map(|&v| (v, aggregate(samples, experiment, v)))
+            .collect();
+        let only = || aggregate(samples, experiment, Variant::Only);
         match experiment {
-            Experiment::Seq => seq_table(&mut out, &rows),
-            Experiment::FsyncLatency => latency_table(&mut out, &rows),
+            Experiment::Seq => seq_table(&mut out, &only()),
+            Experiment::FsyncLatency => latency_table(&mut out, &only()),
             Experiment::Memory => memory_table(&mut out, samples),
+            Experiment::Dwsl => ops_grid(
+                &mut out,
+                "dwsl: N threads, each appending 4 KiB + fsync to its own file (fsyncs/s, all threads)",
+                &grid,
+            ),
+            Experiment::FsyncTail => tail_table(&mut out, &grid),
+            Experiment::OrderedWrite => ops_grid(
+                &mut out,
+                "ordered-write: 4 KiB random overwrites in a durable 64 MiB file (IOPS; \"no sync\" ends with one fdatasync)",
+                &grid,
+            ),
+            Experiment::IoPerFsync => io_per_sync_table(&mut out, &grid),
         }
-        for row in rows.iter().filter(|r| !r.errors.is_empty()) {
-            let _ = writeln!(
-                out,
-                "- {} failed: {}",
-                row.system.name(),
-                row.errors.join("; ")
-            );
+        for (variant, rows) in &grid {
+            for row in rows.iter().filter(|r| !r.errors.is_empty()) {
+                let label = variant.label();
+                let label = if label.is_empty() {
+                    label
+                } else {
+                    format!(" ({label})")
+                };
+                let _ = writeln!(
+                    out,
+                    "- {}{label} failed: {}",
+                    row.system.name(),
+                    row.errors.join("; ")
+                );
+            }
         }
         out.push('\n');
     }
     out
+}
+
+/// Writes, KiB written, flushes and FUA writes per operation, or dashes where the system
+/// cannot count them.
+fn io_per_op_cells(io: Option<(IoCounts, u64)>) -> [String; 4] {
+    let per_op = |n: u64, ops: u64| format!("{:.2}", n as f64 / ops as f64);
+    match io {
+        Some((io, ops)) => [
+            per_op(io.writes, ops),
+            format!("{:.1}", io.write_bytes as f64 / 1024.0 / ops as f64),
+            per_op(io.flushes, ops),
+            io.fua_writes.map_or("–".into(), |f| per_op(f, ops)),
+        ],
+        None => ["–".into(), "–".into(), "–".into(), "–".into()],
+    }
+}
+
+/// One row per system, one column of median operations per second per variant, then the
+/// last variant against the first and against ext4 data=ordered.
+fn ops_grid(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)]) {
+    let (Some((first, _)), Some((last, last_rows))) = (grid.first(), grid.last()) else {
+        return;
+    };
+    let labels: Vec<String> = grid.iter().map(|(v, _)| v.label()).collect();
+    let _ = writeln!(out, "### {title}\n");
+    let _ = writeln!(
+        out,
+        "| system | {} | {} ÷ {} | {} × ext4 ordered |",
+        labels.join(" | "),
+        last.label(),
+        first.label(),
+        last.label()
+    );
+    let _ = writeln!(out, "|---|{}---:|---:|", "---:|".repeat(labels.len()));
+    let rate =
+        |rows: &[Aggregate], system: &System| reference(rows, system).and_then(|r| r.ops_per_sec);
+    let ext4 = rate(last_rows, &EXT4_ORDERED);
+    for row in &grid[0].1 {
+        let rates: Vec<Option<f64>> = grid
+            .iter()
+            .map(|(_, rows)| rate(rows, row.system))
+            .collect();
+        if rates.iter().all(Option::is_none) {
+            continue;
+        }
+        let cells: Vec<String> = rates
+            .iter()
+            .map(|r| r.map_or("–".into(), |r| format!("{r:.0}")))
+            .collect();
+        let (head, tail) = (rates[0], rates[rates.len() - 1]);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            row.system.name(),
+            cells.join(" | "),
+            fmt_ratio(tail.and_then(|t| ratio(t, head))),
+            fmt_ratio(tail.and_then(|t| ratio(t, ext4))),
+        );
+    }
+}
+
+fn tail_table(out: &mut String, grid: &[(Variant, Vec<Aggregate>)]) {
+    let _ = writeln!(
+        out,
+        "### fsync-tail: 80 KiB append + fsync beside a paced buffered writer (fsync alone timed)\n"
+    );
+    // Device KiB per fsync includes whatever of the writer's data writeback sent meanwhile:
+    // it shows whether the writer reached the device or stayed in a cache.
+    let _ = writeln!(out, "| system | background | writer MiB/s | device KiB/fsync | mean µs | p50 | p95 | p99 | p99.9 | mean × ext4 ordered | p99 × ext4 ordered |");
+    let _ = writeln!(
+        out,
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for (variant, rows) in grid {
+        let ext4 = reference(rows, &EXT4_ORDERED).and_then(|r| r.latency.as_ref());
+        for row in rows {
+            let Some(l) = &row.latency else { continue };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} |",
+                row.system.name(),
+                variant.label(),
+                row.background_mib_per_s
+                    .map_or("–".into(), |r| format!("{r:.0}")),
+                io_per_op_cells(row.io)[1],
+                l.mean_us,
+                l.p50_us,
+                l.p95_us,
+                l.p99_us,
+                l.p999_us,
+                fmt_ratio(ratio(l.mean_us, ext4.map(|e| e.mean_us))),
+                fmt_ratio(ratio(l.p99_us, ext4.map(|e| e.p99_us))),
+            );
+        }
+    }
+}
+
+fn io_per_sync_table(out: &mut String, grid: &[(Variant, Vec<Aggregate>)]) {
+    let _ = writeln!(
+        out,
+        "### io-per-fsync: device requests per 4 KiB write + sync (appends allocate; overwrites hit a durable 64 MiB file)\n"
+    );
+    let _ = writeln!(
+        out,
+        "| system | workload | ops/s | writes/sync | KiB/sync | flushes/sync | FUA/sync |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|");
+    for (variant, rows) in grid {
+        for row in rows {
+            let Some(rate) = row.ops_per_sec else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {rate:.0} | {} |",
+                row.system.name(),
+                variant.label(),
+                io_per_op_cells(row.io).join(" | "),
+            );
+        }
+    }
 }
 
 fn seq_table(out: &mut String, rows: &[Aggregate]) {
@@ -203,16 +392,7 @@ fn latency_table(out: &mut String, rows: &[Aggregate]) {
     let (ext4, raw) = (mean_of(&EXT4_ORDERED), mean_of(&System::RawLoop));
     for row in rows {
         let Some(l) = &row.latency else { continue };
-        let per_op = |n: u64, ops: u64| format!("{:.2}", n as f64 / ops as f64);
-        let io_cells = match row.io {
-            Some((io, ops)) => [
-                per_op(io.writes, ops),
-                format!("{:.1}", io.write_bytes as f64 / 1024.0 / ops as f64),
-                per_op(io.flushes, ops),
-                io.fua_writes.map_or("–".into(), |f| per_op(f, ops)),
-            ],
-            None => ["–".into(), "–".into(), "–".into(), "–".into()],
-        };
+        let io_cells = io_per_op_cells(row.io);
         let _ = writeln!(
             out,
             "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} | {} | {} |",
@@ -265,6 +445,9 @@ fn memory_table(out: &mut String, samples: &[Sample]) {
     }
 }
 
+/// Quantiles of each latency run kept in the JSON.
+const CDF_POINTS: usize = 100;
+
 /// Every run's summary, for tools.
 pub fn json(samples: &[Sample], header: &Value) -> Value {
     let runs: Vec<Value> = samples
@@ -272,6 +455,7 @@ pub fn json(samples: &[Sample], header: &Value) -> Value {
         .map(|s| {
             let mut v = json!({
                 "experiment": s.experiment.name(),
+                "variant": s.variant.label(),
                 "system": s.system.name(),
                 "repetition": s.repetition,
             });
@@ -282,11 +466,20 @@ pub fn json(samples: &[Sample], header: &Value) -> Value {
                     v["mib_per_s"] = json!(mib(*bytes) / seconds);
                     v["io"] = io_json(io);
                 }
-                Ok(Measured::Latency { latencies_ns, io }) => {
+                Ok(Measured::Latency { latencies_ns, io, background_mib_per_s }) => {
                     v["latency"] = LatencySummary::of_ns(latencies_ns).map_or(Value::Null, |l| {
                         json!({"samples": l.samples, "mean_us": l.mean_us, "p50_us": l.p50_us, "p95_us": l.p95_us,
                                "p99_us": l.p99_us, "p999_us": l.p999_us, "p9999_us": l.p9999_us, "max_us": l.max_us})
                     });
+                    // Entry i is the latency at quantile (i + 1) / 100: enough to redraw the CDF.
+                    v["cdf_us"] = json!(cdf_us(latencies_ns, CDF_POINTS));
+                    v["background_mib_per_s"] = json!(background_mib_per_s);
+                    v["io"] = io_json(io);
+                }
+                Ok(Measured::Ops { ops, seconds, io }) => {
+                    v["ops"] = json!(ops);
+                    v["seconds"] = json!(seconds);
+                    v["ops_per_sec"] = json!(*ops as f64 / seconds);
                     v["io"] = io_json(io);
                 }
                 Ok(Measured::Memory { bytes, seconds, peak_rss_bytes, peak_cache_bytes, cache_bound_bytes }) => {
@@ -318,6 +511,7 @@ mod tests {
     fn latency(system: System, ns: u64, writes: u64) -> Sample {
         Sample {
             experiment: Experiment::FsyncLatency,
+            variant: Variant::Only,
             system,
             repetition: 0,
             outcome: Ok(Measured::Latency {
@@ -328,6 +522,21 @@ mod tests {
                     flushes: 10,
                     fua_writes: None,
                 }),
+                background_mib_per_s: None,
+            }),
+        }
+    }
+
+    fn ops(experiment: Experiment, variant: Variant, system: System, ops_per_sec: f64) -> Sample {
+        Sample {
+            experiment,
+            variant,
+            system,
+            repetition: 0,
+            outcome: Ok(Measured::Ops {
+                ops: 100,
+                seconds: 100.0 / ops_per_sec,
+                io: None,
             }),
         }
     }
@@ -343,6 +552,7 @@ mod tests {
             latency(jext.clone(), 1_000_000, 30),
             Sample {
                 experiment: Experiment::FsyncLatency,
+                variant: Variant::Only,
                 system: System::RawLoop,
                 repetition: 0,
                 outcome: Err("losetup failed".into()),
@@ -360,6 +570,7 @@ mod tests {
     fn seq_medians_over_repetitions() {
         let runs = [4.0, 1.0, 2.0].map(|seconds| Sample {
             experiment: Experiment::Seq,
+            variant: Variant::Only,
             system: System::RawFile,
             repetition: 0,
             outcome: Ok(Measured::Throughput {
@@ -373,5 +584,90 @@ mod tests {
             text.contains("| raw file (pwrite) | 512 | 1.00× | – |"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn dwsl_has_a_column_per_thread_count_and_scales_against_one_thread() {
+        let jext = System::Jext {
+            mode: DataMode::Ordered,
+            backing: Backing::Loop,
+        };
+        let mut samples = Vec::new();
+        for (n, jext_rate, ext4_rate) in [(1, 1000.0, 500.0), (8, 4000.0, 1000.0)] {
+            samples.push(ops(
+                Experiment::Dwsl,
+                Variant::Threads(n),
+                EXT4_ORDERED,
+                ext4_rate,
+            ));
+            samples.push(ops(
+                Experiment::Dwsl,
+                Variant::Threads(n),
+                jext.clone(),
+                jext_rate,
+            ));
+        }
+        samples.push(Sample {
+            experiment: Experiment::Dwsl,
+            variant: Variant::Threads(8),
+            system: System::RawLoop,
+            repetition: 0,
+            outcome: Err("interrupted".into()),
+        });
+        let text = markdown(&samples, &[Experiment::Dwsl]);
+        assert!(
+            text.contains("| system | 1 thread | 8 threads | 8 threads ÷ 1 thread | 8 threads × ext4 ordered |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| ext4 data=ordered | 500 | 1000 | 2.00× | 1.00× |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| jext data=ordered (loop) | 1000 | 4000 | 4.00× | 4.00× |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("raw loop (O_DIRECT) (8 threads) failed: interrupted"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn fsync_tail_rows_compare_within_one_background_rate() {
+        let tail = |system: System, background: Option<u64>, us: u64| Sample {
+            experiment: Experiment::FsyncTail,
+            variant: Variant::Background(background),
+            system,
+            repetition: 0,
+            outcome: Ok(Measured::Latency {
+                latencies_ns: (1..=1000).map(|i| i * us * 1000).collect(),
+                io: None,
+                background_mib_per_s: background.map(|r| r as f64 * 0.9),
+            }),
+        };
+        let samples = vec![
+            tail(EXT4_ORDERED, None, 1),
+            tail(System::RawLoop, None, 1),
+            tail(EXT4_ORDERED, Some(100), 4),
+            tail(System::RawLoop, Some(100), 2),
+        ];
+        let text = markdown(&samples, &[Experiment::FsyncTail]);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("| raw loop (O_DIRECT) | 100 MiB/s writer"))
+            .unwrap();
+        assert_eq!(
+            row,
+            "| raw loop (O_DIRECT) | 100 MiB/s writer | 90 | – | 1001 | 1000 | 1900 | 1980 | 1998 | 0.50× | 0.50× |"
+        );
+        let json = json(&samples, &json!({}));
+        let cdf = json["runs"][0]["cdf_us"].as_array().unwrap();
+        assert_eq!(cdf.len(), CDF_POINTS);
+        assert_eq!(
+            (cdf[0].as_f64(), cdf[99].as_f64()),
+            (Some(10.0), Some(1000.0))
+        );
+        assert_eq!(json["runs"][2]["variant"], "100 MiB/s writer");
     }
 }

@@ -57,6 +57,20 @@ pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// The latency distribution as `points` evenly spaced quantiles, in microseconds: entry
+/// `i` is the nearest-rank value at quantile `(i + 1) / points`, so the last is the maximum.
+/// Empty for no samples.
+pub fn cdf_us(samples_ns: &[u64], points: usize) -> Vec<f64> {
+    if samples_ns.is_empty() {
+        return Vec::new();
+    }
+    let mut sorted = samples_ns.to_vec();
+    sorted.sort_unstable();
+    (1..=points)
+        .map(|i| percentile(&sorted, 100.0 * i as f64 / points as f64) as f64 / 1000.0)
+        .collect()
+}
+
 /// The median of a few repetitions' results (the mean of the middle two for an even count).
 pub fn median(values: &[f64]) -> Option<f64> {
     if values.is_empty() {
@@ -104,6 +118,18 @@ mod tests {
         assert_eq!(s.max_us, 5000.0);
         assert!((s.mean_us - 5.999).abs() < 1e-9, "mean {}", s.mean_us);
         assert_eq!(LatencySummary::of_ns(&[]), None);
+    }
+
+    #[test]
+    fn cdf_points_are_nearest_rank_quantiles() {
+        let samples_ns: Vec<u64> = (1..=200).rev().map(|i| i * 1000).collect();
+        assert_eq!(cdf_us(&samples_ns, 4), vec![50.0, 100.0, 150.0, 200.0]);
+        let hundred = cdf_us(&samples_ns, 100);
+        assert_eq!(hundred.len(), 100);
+        assert_eq!((hundred[0], hundred[49], hundred[99]), (2.0, 100.0, 200.0));
+        // Fewer samples than points: steps, never interpolation.
+        assert_eq!(cdf_us(&[3000, 1000], 4), vec![1.0, 1.0, 3.0, 3.0]);
+        assert!(cdf_us(&[], 100).is_empty());
     }
 
     #[test]

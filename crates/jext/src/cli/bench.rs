@@ -77,12 +77,14 @@ fn header(opts: &BenchOptions, quick: bool) -> serde_json::Value {
         "repetitions": opts.repetitions,
         "seq_bytes": opts.seq_bytes,
         "fsync_count": opts.fsync_count,
+        "dwsl_ops_per_thread": opts.dwsl_ops_per_thread,
+        "tail_count": opts.tail_count,
     })
 }
 
 fn header_markdown(h: &serde_json::Value) -> String {
     format!(
-        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} fsyncs per run. \
+        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} fsyncs. \
          Loop devices use direct I/O; jext counts its own requests, the kernel's are read from /sys/block/loopN/stat.\n",
         h["date"].as_str().unwrap_or("?"),
         h["kernel"].as_str().unwrap_or("?"),
@@ -92,5 +94,7 @@ fn header_markdown(h: &serde_json::Value) -> String {
         h["repetitions"],
         h["seq_bytes"].as_u64().unwrap_or(0) >> 20,
         h["fsync_count"],
+        h["dwsl_ops_per_thread"],
+        h["tail_count"],
     )
 }
