@@ -115,21 +115,24 @@ fn parent(p: &str) -> String {
     }
 }
 
-/// The ways to persist `op`: fsync and fdatasync of what it made or changed, fsync of
-/// the directories whose entries it changed, and sync.
+/// The ways to persist `op`: fsync and fdatasync of what it made or changed and of the
+/// directories whose entries it changed, and sync.
 fn persistence(op: &Op) -> Vec<Op> {
+    let both = |p: String| [Op::Fsync(p.clone()), Op::Fdatasync(p)];
     let mut out = Vec::new();
     match op {
-        Op::Unlink(p) | Op::Rmdir(p) => out.push(Op::Fsync(parent(p))),
+        Op::Unlink(p) | Op::Rmdir(p) => out.extend(both(parent(p))),
         Op::Rename { from, to } | Op::Link { from, to } => {
-            out.extend([Op::Fsync(s(to)), Op::Fsync(parent(to))]);
+            out.push(Op::Fsync(s(to)));
+            out.extend(both(parent(to)));
             if parent(from) != parent(to) {
-                out.push(Op::Fsync(parent(from)));
+                out.extend(both(parent(from)));
             }
         }
         other => {
             let p = other.paths()[0];
-            out.extend([Op::Fsync(s(p)), Op::Fdatasync(s(p)), Op::Fsync(parent(p))]);
+            out.extend(both(s(p)));
+            out.extend(both(parent(p)));
         }
     }
     out.push(Op::Sync);

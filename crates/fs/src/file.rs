@@ -533,6 +533,9 @@ pub(crate) fn prepare_sync(
     }
     let committed = fs.journal.committed_tid();
     let info = st.inodes.get_mut(&ino).expect("loaded");
+    // A directory's entries are its data: fdatasync of a directory must make them durable
+    // as fsync does (SQLite syncs the directory so after deleting a rollback journal).
+    let datasync = datasync && !info.is_dir();
     let wanted = if datasync {
         info.datasync_tid.or(info.sync_tid)
     } else {
