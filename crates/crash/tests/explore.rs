@@ -124,11 +124,16 @@ fn found_bugs_stay_fixed() {
         // on it after deleting a rollback journal).
         "ace1-8/ordered/1/none",
         "ace1-13/journal/1/none",
+        "ace3-73/ordered/5/none",
+        // fdatasync through a new hard link (or a rename's new name) did not wait for the
+        // name: the file was unreachable by the path fdatasync was called through.
+        "ace2-967/ordered/1/none",
+        "ace3-967/journal/1/none",
     ] {
         let repro: Reproducer = line.parse().unwrap();
         let r = replay(&repro, false, false, None).unwrap();
         assert!(r.problems.is_empty(), "{line}: {:?}", r.problems);
-        assert!(r.log_len > 1, "{line}: the fdatasync now writes");
+        assert!(r.log_len > 1, "{line}: the fdatasync now commits");
     }
 }
 

@@ -298,6 +298,9 @@ pub(crate) fn link(
         info.raw.set_links_count(info.raw.links_count() + 1);
         info.raw.set_ctime(inode_time(t));
         tx.write_inode(ino)?;
+        // jext promises that fdatasync makes a file reachable by the name it was called
+        // through, so a new name is part of what fdatasync waits for.
+        tx.mark_datasync(ino);
         touch_dir(&mut tx, parent, t)?;
         tx.write_inode(parent)
     })();
@@ -499,6 +502,12 @@ pub(crate) fn rename(
     } else {
         move_over(&mut tx, &moves, dst)
     };
+    // The moved inodes' names changed: fdatasync through a new name waits for this
+    // transaction (see `link`).
+    tx.mark_datasync(src.ino);
+    if let (true, Some(d)) = (flags.exchange, dst) {
+        tx.mark_datasync(d.ino);
+    }
     let replaced = tx.end(r)?;
     if let Some((ino, orphaned)) = replaced {
         finish_if_unused(fs, st, ino, orphaned)?;
