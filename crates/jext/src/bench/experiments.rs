@@ -5,9 +5,11 @@
 //! makes them durable) and nothing of setup or teardown. Data is not all zeros, so no
 //! layer can skip it. Must never report a figure for a run that failed part-way.
 
+use super::rig::run;
 use super::systems::{BenchFile, IoCounts, Running};
 use crate::signals::{check_interrupt, interrupted};
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::thread;
@@ -409,6 +411,184 @@ pub fn resident_bytes() -> io::Result<u64> {
 
 /// Runs `work` and returns its result with the device requests the system made meanwhile
 /// (where they can be counted): the one way every experiment counts requests.
+/// The tree `untar` unpacks (`/usr/include`, as directory and name): the system's C
+/// headers, thousands of small files in a deep tree, like a source tree.
+const UNTAR_SOURCE: (&str, &str) = ("/usr", "include");
+
+/// `untar`: unpacks a tarball of [`UNTAR_SOURCE`] (made once, in `dir`, outside the
+/// clock) onto the mount, then syncs the file system (syncfs), so the figure includes
+/// making the tree durable. Measures files per second.
+pub fn untar(sys: &Running, dir: &Path) -> io::Result<Measured> {
+    let point = mounted(sys)?;
+    let (tarball, files) = untar_source(dir)?;
+    let start = Instant::now();
+    let ((), io) = counted(sys, || {
+        run("tar", &["-xf", path_str(&tarball)?, "-C", path_str(point)?])?;
+        run("sync", &["-f", path_str(point)?]).map(drop)
+    })?;
+    Ok(Measured::Ops {
+        ops: files,
+        seconds: start.elapsed().as_secs_f64(),
+        io,
+    })
+}
+
+/// The tarball and how many entries it holds, made on first use.
+fn untar_source(dir: &Path) -> io::Result<(PathBuf, u64)> {
+    let tarball = dir.join("jext-bench-untar.tar");
+    if !tarball.exists() {
+        let partial = dir.join("jext-bench-untar.tar.partial");
+        run(
+            "tar",
+            &[
+                "-cf",
+                path_str(&partial)?,
+                "-C",
+                UNTAR_SOURCE.0,
+                UNTAR_SOURCE.1,
+            ],
+        )?;
+        std::fs::rename(&partial, &tarball)?;
+    }
+    let listing = run("tar", &["-tf", path_str(&tarball)?])?;
+    Ok((tarball, listing.lines().count() as u64))
+}
+
+/// SQLite's journal modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqliteJournal {
+    Wal,
+    Delete,
+    Persist,
+}
+
+/// What each transaction of a `sqlite` run does to one row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqlitePhase {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl SqliteJournal {
+    pub fn name(self) -> &'static str {
+        match self {
+            SqliteJournal::Wal => "WAL",
+            SqliteJournal::Delete => "DELETE",
+            SqliteJournal::Persist => "PERSIST",
+        }
+    }
+}
+
+impl SqlitePhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            SqlitePhase::Insert => "insert",
+            SqlitePhase::Update => "update",
+            SqlitePhase::Delete => "delete",
+        }
+    }
+}
+
+/// Every `sqlite` run, in order: each journal mode, each phase.
+pub const SQLITE_PLAN: [(SqliteJournal, SqlitePhase); 9] = {
+    use SqliteJournal as J;
+    use SqlitePhase as P;
+    [
+        (J::Wal, P::Insert),
+        (J::Wal, P::Update),
+        (J::Wal, P::Delete),
+        (J::Delete, P::Insert),
+        (J::Delete, P::Update),
+        (J::Delete, P::Delete),
+        (J::Persist, P::Insert),
+        (J::Persist, P::Update),
+        (J::Persist, P::Delete),
+    ]
+};
+
+/// `sqlite` (JoJ Fig. 2/3, BarrierFS Fig. 15): `transactions` one-row transactions of one
+/// kind on `(k INTEGER PRIMARY KEY, v TEXT)` with 100-character values, synchronous=FULL,
+/// by one sqlite3 process. Rows an update or delete needs are inserted first, outside the
+/// clock. Measures transactions per second.
+pub fn sqlite(
+    sys: &Running,
+    journal: SqliteJournal,
+    phase: SqlitePhase,
+    transactions: usize,
+) -> io::Result<Measured> {
+    let db = mounted(sys)?.join("bench.db");
+    let db = path_str(&db)?;
+    let settings = format!(
+        "PRAGMA journal_mode={}; PRAGMA synchronous=FULL;\n",
+        journal.name()
+    );
+    let mut setup = format!("{settings}CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);\n");
+    if phase != SqlitePhase::Insert {
+        setup.push_str(&format!(
+            "BEGIN;\n{}COMMIT;\n",
+            sqlite_statements(SqlitePhase::Insert, transactions)
+        ));
+    }
+    sqlite_script(db, &setup)?;
+    let script = format!("{settings}{}", sqlite_statements(phase, transactions));
+    let start = Instant::now();
+    let ((), io) = counted(sys, || sqlite_script(db, &script).map(drop))?;
+    Ok(Measured::Ops {
+        ops: transactions as u64,
+        seconds: start.elapsed().as_secs_f64(),
+        io,
+    })
+}
+
+/// One statement per row: outside BEGIN/COMMIT each is its own transaction.
+pub fn sqlite_statements(phase: SqlitePhase, rows: usize) -> String {
+    (0..rows)
+        .map(|k| match phase {
+            SqlitePhase::Insert => format!("INSERT INTO t VALUES({k}, printf('%.100c', 'a'));\n"),
+            SqlitePhase::Update => {
+                format!("UPDATE t SET v = printf('%.100c', 'b') WHERE k = {k};\n")
+            }
+            SqlitePhase::Delete => format!("DELETE FROM t WHERE k = {k};\n"),
+        })
+        .collect()
+}
+
+fn sqlite_script(db: &str, script: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sqlite3")
+        .arg("-batch")
+        .arg(db)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            io::Error::other(format!(
+                "cannot run sqlite3 (scripts/setup installs it): {e}"
+            ))
+        })?;
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(script.as_bytes())?;
+    let status = child.wait()?;
+    if !status.success() {
+        return Err(io::Error::other(format!("sqlite3 {db} failed: {status}")));
+    }
+    Ok(())
+}
+
+fn mounted(sys: &Running) -> io::Result<&Path> {
+    sys.mount_point()
+        .ok_or_else(|| io::Error::other("this experiment needs a mounted file system"))
+}
+
+fn path_str(path: &Path) -> io::Result<&str> {
+    path.to_str()
+        .ok_or_else(|| io::Error::other(format!("{} is not UTF-8", path.display())))
+}
+
 fn counted<T>(
     sys: &Running,
     work: impl FnOnce() -> io::Result<T>,
@@ -425,6 +605,30 @@ fn counted<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlite_runs_every_mode_and_phase_once_with_one_statement_per_row() {
+        for journal in [
+            SqliteJournal::Wal,
+            SqliteJournal::Delete,
+            SqliteJournal::Persist,
+        ] {
+            for phase in [
+                SqlitePhase::Insert,
+                SqlitePhase::Update,
+                SqlitePhase::Delete,
+            ] {
+                let runs = SQLITE_PLAN.iter().filter(|p| **p == (journal, phase));
+                assert_eq!(runs.count(), 1, "{journal:?} {phase:?}");
+            }
+        }
+        let script = sqlite_statements(SqlitePhase::Update, 3);
+        assert_eq!(script.lines().count(), 3);
+        assert!(script
+            .lines()
+            .all(|l| l.starts_with("UPDATE") && l.ends_with(';')));
+        assert!(sqlite_statements(SqlitePhase::Insert, 1).contains("'%.100c'"));
+    }
 
     #[test]
     fn patterns_are_neither_zero_nor_flat_and_repeat_by_seed() {

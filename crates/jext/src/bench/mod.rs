@@ -37,10 +37,15 @@ pub enum Experiment {
     OrderedWrite,
     /// Device requests per fsync and per fdatasync, after appends and after overwrites.
     IoPerFsync,
+    /// Unpacking a source tree with tar, then syncfs (files/s); mounted systems only.
+    Untar,
+    /// SQLite 1-row insert, update and delete transactions in WAL, DELETE and PERSIST
+    /// journal modes, synchronous=FULL (µs per transaction); mounted systems only.
+    Sqlite,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 7] = [
+    pub const ALL: [Experiment; 9] = [
         Experiment::Seq,
         Experiment::FsyncLatency,
         Experiment::Memory,
@@ -48,6 +53,8 @@ impl Experiment {
         Experiment::FsyncTail,
         Experiment::OrderedWrite,
         Experiment::IoPerFsync,
+        Experiment::Untar,
+        Experiment::Sqlite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +66,8 @@ impl Experiment {
             Experiment::FsyncTail => "fsync-tail",
             Experiment::OrderedWrite => "ordered-write",
             Experiment::IoPerFsync => "io-per-fsync",
+            Experiment::Untar => "untar",
+            Experiment::Sqlite => "sqlite",
         }
     }
 
@@ -71,7 +80,13 @@ impl Experiment {
                 .collect()
         };
         match self {
-            Experiment::Seq | Experiment::FsyncLatency | Experiment::Memory => vec![Variant::Only],
+            Experiment::Seq | Experiment::FsyncLatency | Experiment::Memory | Experiment::Untar => {
+                vec![Variant::Only]
+            }
+            Experiment::Sqlite => experiments::SQLITE_PLAN
+                .iter()
+                .map(|&(mode, phase)| Variant::Sqlite(mode, phase))
+                .collect(),
             Experiment::Dwsl => experiments::thread_plan(opts.dwsl_max_threads)
                 .into_iter()
                 .map(Variant::Threads)
@@ -93,7 +108,15 @@ impl Experiment {
 
     /// Whether the experiment means anything for this system.
     pub fn applies_to(self, system: &System) -> bool {
-        self != Experiment::Memory || matches!(system, System::Jext { .. })
+        match self {
+            Experiment::Memory => matches!(system, System::Jext { .. }),
+            // Programs need a path: a kernel or FUSE mount.
+            Experiment::Untar | Experiment::Sqlite => matches!(
+                system,
+                System::Ext4 { .. } | System::JextFuse { .. } | System::Fuse2fs
+            ),
+            _ => true,
+        }
     }
 
     pub fn parse(text: &str) -> Result<Vec<Experiment>, String> {
@@ -125,6 +148,8 @@ pub enum Variant {
     Background(Option<u64>),
     /// `ordered-write`, `io-per-fsync`: 4 KiB writes placed so, each followed by that.
     Writes(Placement, After),
+    /// `sqlite`: this journal mode, this kind of transaction.
+    Sqlite(experiments::SqliteJournal, experiments::SqlitePhase),
 }
 
 impl Variant {
@@ -148,6 +173,7 @@ impl Variant {
                 };
                 format!("{placement} + {after}")
             }
+            Variant::Sqlite(journal, phase) => format!("{} {}", journal.name(), phase.name()),
         }
     }
 }
@@ -171,6 +197,8 @@ pub struct BenchOptions {
     pub tail_count: usize,
     /// The `fsync-tail` background writer's rates (`None`: the tester alone).
     pub tail_background_mib_per_s: Vec<Option<u64>>,
+    /// Transactions of each `sqlite` phase.
+    pub sqlite_transactions: usize,
     /// Where scratch images live (their disk is the disk under test).
     pub dir: PathBuf,
     /// Only systems whose name contains this.
@@ -189,6 +217,7 @@ impl BenchOptions {
             dwsl_ops_per_thread: 1000,
             tail_count: 2000,
             tail_background_mib_per_s: vec![None, Some(50), Some(100), Some(200)],
+            sqlite_transactions: 1000,
             dir,
             only: None,
         }
@@ -205,6 +234,7 @@ impl BenchOptions {
             dwsl_ops_per_thread: 50,
             tail_count: 200,
             tail_background_mib_per_s: vec![None, Some(100)],
+            sqlite_transactions: 100,
             dir,
             only: None,
         }
@@ -247,6 +277,19 @@ pub fn systems(root: bool) -> Vec<System> {
             options: "data=ordered",
             features: "fast_commit",
         });
+        for options in [
+            "data=writeback,journal_async_commit",
+            "data=ordered,nobarrier",
+        ] {
+            all.push(System::Ext4 {
+                options,
+                features: "",
+            });
+        }
+        all.push(System::JextFuse {
+            mode: DataMode::Ordered,
+        });
+        all.push(System::Fuse2fs);
     }
     all
 }
@@ -322,7 +365,9 @@ fn run_one(
         Experiment::FsyncLatency
         | Experiment::Dwsl
         | Experiment::OrderedWrite
-        | Experiment::IoPerFsync => 1 << 30,
+        | Experiment::IoPerFsync
+        | Experiment::Untar
+        | Experiment::Sqlite => 1 << 30,
     };
     let running = system.set_up(scratch, image_bytes)?;
     let measured = match (experiment, variant) {
@@ -339,6 +384,10 @@ fn run_one(
         }
         (Experiment::OrderedWrite | Experiment::IoPerFsync, Variant::Writes(placement, after)) => {
             experiments::synced_writes(&running, placement, after, opts.fsync_count)?
+        }
+        (Experiment::Untar, _) => experiments::untar(&running, &opts.dir)?,
+        (Experiment::Sqlite, Variant::Sqlite(journal, phase)) => {
+            experiments::sqlite(&running, journal, phase, opts.sqlite_transactions)?
         }
         _ => unreachable!("{experiment:?} has no variant {variant:?}"),
     };
@@ -363,9 +412,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn programs_run_only_where_there_is_a_mount() {
+        for e in [Experiment::Untar, Experiment::Sqlite] {
+            assert!(!e.applies_to(&System::RawLoop));
+            assert!(e.applies_to(&System::Fuse2fs));
+            assert!(e.applies_to(&System::JextFuse {
+                mode: DataMode::Ordered
+            }));
+        }
+    }
+
+    #[test]
     fn all_names_every_experiment_once() {
         let all = Experiment::parse("all").unwrap();
-        assert_eq!(all.len(), 7);
+        assert_eq!(all.len(), 9);
         for e in all {
             assert_eq!(Experiment::parse(e.name()).unwrap(), vec![e]);
         }

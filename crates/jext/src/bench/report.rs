@@ -200,6 +200,18 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
                 &grid,
             ),
             Experiment::IoPerFsync => io_per_sync_table(&mut out, &grid),
+            Experiment::Untar => rate_table(
+                &mut out,
+                "untar: unpacking /usr/include with tar, then syncfs (files/s)",
+                &grid,
+                Unit::PerSecond,
+            ),
+            Experiment::Sqlite => rate_table(
+                &mut out,
+                "sqlite: one-row transactions, synchronous=FULL (µs per transaction)",
+                &grid,
+                Unit::MicrosPerOp,
+            ),
         }
         for (variant, rows) in &grid {
             for row in rows.iter().filter(|r| !r.errors.is_empty()) {
@@ -239,6 +251,54 @@ fn io_per_op_cells(io: Option<(IoCounts, u64)>) -> [String; 4] {
 
 /// One row per system, one column of median operations per second per variant, then the
 /// last variant against the first and against ext4 data=ordered.
+/// How `rate_table` shows an operation rate.
+enum Unit {
+    PerSecond,
+    MicrosPerOp,
+}
+
+/// One column per variant: the rate (or time per operation) and its ratio to ext4
+/// data=ordered in the same variant.
+fn rate_table(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)], unit: Unit) {
+    let Some((_, first_rows)) = grid.first() else {
+        return;
+    };
+    let labels: Vec<String> = grid
+        .iter()
+        .map(|(v, _)| match v.label() {
+            l if l.is_empty() => "value (× ext4 ordered)".to_string(),
+            l => format!("{l} (× ext4)"),
+        })
+        .collect();
+    let _ = writeln!(out, "### {title}\n");
+    let _ = writeln!(out, "| system | {} |", labels.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(labels.len()));
+    let rate =
+        |rows: &[Aggregate], system: &System| reference(rows, system).and_then(|r| r.ops_per_sec);
+    for row in first_rows {
+        let cells: Vec<String> = grid
+            .iter()
+            .map(|(_, rows)| {
+                let (Some(mine), ext4) = (rate(rows, row.system), rate(rows, &EXT4_ORDERED)) else {
+                    return "–".to_string();
+                };
+                match unit {
+                    Unit::PerSecond => {
+                        format!("{mine:.0} ({})", fmt_ratio(ratio(mine, ext4)))
+                    }
+                    // Time per operation: the ratio is of times, so above 1 is slower.
+                    Unit::MicrosPerOp => format!(
+                        "{:.0} ({})",
+                        1e6 / mine,
+                        fmt_ratio(ext4.and_then(|e| ratio(e, Some(mine))))
+                    ),
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "| {} | {} |", row.system.name(), cells.join(" | "));
+    }
+}
+
 fn ops_grid(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)]) {
     let (Some((first, _)), Some((last, last_rows))) = (grid.first(), grid.last()) else {
         return;

@@ -117,35 +117,99 @@ impl BlockStats {
     }
 }
 
-/// A kernel mount of a device; unmounted on drop.
-pub struct KernelMount {
+/// A mounted file system, unmounted on drop: by the kernel (`umount`), or for jext's FUSE
+/// mount by `jext umount`, which waits for the daemon's checkpoint.
+pub struct Mount {
     pub point: PathBuf,
+    unmount: Unmount,
 }
 
-impl KernelMount {
-    pub fn mount(
-        fstype: &str,
-        device: &str,
-        point: &Path,
-        options: &str,
-    ) -> io::Result<KernelMount> {
-        std::fs::create_dir_all(point)?;
-        let point_text = point
-            .to_str()
-            .ok_or_else(|| io::Error::other("mount point not UTF-8"))?;
+enum Unmount {
+    /// `umount`, then wait for a user-space daemon serving `device` (if any) to exit.
+    Kernel { daemon_device: Option<String> },
+    /// `jext umount`, through this binary.
+    Jext(PathBuf),
+}
+
+impl Mount {
+    /// `mount -t fstype -o options device point`.
+    pub fn kernel(fstype: &str, device: &str, point: &Path, options: &str) -> io::Result<Mount> {
+        let point_text = prepare(point)?;
         run("mount", &["-t", fstype, "-o", options, device, point_text])?;
-        Ok(KernelMount {
+        Ok(Mount {
             point: point.to_path_buf(),
+            unmount: Unmount::Kernel {
+                daemon_device: None,
+            },
+        })
+    }
+
+    /// `fuse2fs device point` (read-write; it daemonises once mounted).
+    pub fn fuse2fs(device: &str, point: &Path) -> io::Result<Mount> {
+        let point_text = prepare(point)?;
+        run("fuse2fs", &[device, point_text])?;
+        Ok(Mount {
+            point: point.to_path_buf(),
+            unmount: Unmount::Kernel {
+                daemon_device: Some(device.to_string()),
+            },
+        })
+    }
+
+    /// `jext mount -o options device point`, through this binary.
+    pub fn jext(device: &str, point: &Path, options: &str) -> io::Result<Mount> {
+        let point_text = prepare(point)?;
+        let exe = std::env::current_exe()?;
+        let exe_text = exe.to_string_lossy().to_string();
+        run(&exe_text, &["mount", "-o", options, device, point_text])?;
+        Ok(Mount {
+            point: point.to_path_buf(),
+            unmount: Unmount::Jext(exe),
         })
     }
 }
 
-impl Drop for KernelMount {
+fn prepare(point: &Path) -> io::Result<&str> {
+    std::fs::create_dir_all(point)?;
+    point
+        .to_str()
+        .ok_or_else(|| io::Error::other("mount point not UTF-8"))
+}
+
+impl Drop for Mount {
     fn drop(&mut self) {
         let point = self.point.to_string_lossy().to_string();
-        if let Err(e) = run("umount", &[&point]) {
+        let unmounted = match &self.unmount {
+            Unmount::Kernel { daemon_device } => run("umount", &[&point]).map(|_| {
+                if let Some(device) = daemon_device {
+                    wait_for_daemon_exit(device);
+                }
+            }),
+            Unmount::Jext(exe) => run(&exe.to_string_lossy(), &["umount", &point]).map(drop),
+        };
+        if let Err(e) = unmounted {
             eprintln!("jext bench: {e}");
         }
+    }
+}
+
+/// Waits (up to 30 s) until no process has `device` on its command line: a FUSE daemon
+/// finishes writing after `umount` returns, and its loop device must be idle before it
+/// is detached.
+fn wait_for_daemon_exit(device: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let serving = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| {
+                std::fs::read(entry.path().join("cmdline"))
+                    .is_ok_and(|cmd| cmd.split(|&b| b == 0).any(|arg| arg == device.as_bytes()))
+            })
+    };
+    while serving() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 

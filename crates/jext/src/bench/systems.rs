@@ -1,6 +1,7 @@
 //! The systems a benchmark compares, each set up fresh on its own backing and torn down
 //! after one run: the raw floor (an image file, or a loop device with O_DIRECT), jext
-//! through the library in each data mode, and Linux ext4 mounted on a loop device.
+//! through the library in each data mode and through its FUSE mount, Linux ext4 mounted on
+//! a loop device, and fuse2fs.
 //!
 //! Promises: every loop-backed system sits on the same kind of backing (a loop device with
 //! direct I/O over a sparse image in the scratch directory), so ratios compare file systems,
@@ -8,7 +9,7 @@
 //! the kernel from the loop device's block statistics. Must never run a system on a device
 //! it did not make itself.
 
-use super::rig::{run, BlockStats, KernelMount, LoopDevice, Scratch};
+use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
 use jext::{mkfs, DataMode, Fs, MkfsOptions, MountOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -38,6 +39,10 @@ pub enum System {
         options: &'static str,
         features: &'static str,
     },
+    /// jext through its FUSE mount on a loop device, used through ordinary file calls.
+    JextFuse { mode: DataMode },
+    /// fuse2fs (e2fsprogs' user-space ext4) on a loop device made by mkfs.ext4.
+    Fuse2fs,
 }
 
 impl System {
@@ -58,6 +63,8 @@ impl System {
                 features: "",
             } => format!("ext4 {options}"),
             System::Ext4 { options, features } => format!("ext4 {options} -O {features}"),
+            System::JextFuse { mode } => format!("jext {} (FUSE)", mode_name(*mode)),
+            System::Fuse2fs => "fuse2fs".into(),
         }
     }
 
@@ -80,6 +87,7 @@ impl System {
         } else {
             None
         };
+        let point = scratch.dir.join("mnt");
         let target = match (self, &device) {
             (System::RawFile, _) => {
                 Target::Raw(std::fs::OpenOptions::new().write(true).open(&image)?)
@@ -95,8 +103,18 @@ impl System {
                 Target::Jext(open_jext(&path, *mode)?)
             }
             (System::Ext4 { options, features }, Some(dev)) => {
-                let point = scratch.dir.join("mnt");
-                Target::Kernel(mount_ext4(dev, &point, options, features)?)
+                mkfs_ext4(dev, features)?;
+                // The lazy inode-table initialiser would write in the background.
+                let options = format!("{options},noinit_itable");
+                Target::Mounted(Mount::kernel("ext4", dev.path_str(), &point, &options)?)
+            }
+            (System::JextFuse { mode }, Some(dev)) => {
+                mkfs_jext(jext::open_device(&dev.path, false).map_err(io::Error::other)?)?;
+                Target::Mounted(Mount::jext(dev.path_str(), &point, mode_name(*mode))?)
+            }
+            (System::Fuse2fs, Some(dev)) => {
+                mkfs_ext4(dev, "")?;
+                Target::Mounted(Mount::fuse2fs(dev.path_str(), &point)?)
             }
             (_, None) => {
                 return Err(io::Error::other(format!(
@@ -119,12 +137,7 @@ pub fn mode_name(mode: DataMode) -> &'static str {
 
 fn open_jext(path: &std::path::Path, mode: DataMode) -> io::Result<Fs> {
     let device = jext::open_device(path, false).map_err(io::Error::other)?;
-    let opts = MkfsOptions {
-        assume_zeroed: true,
-        label: "jext-bench".into(),
-        ..MkfsOptions::default()
-    };
-    mkfs(Arc::clone(&device), &opts).map_err(io::Error::other)?;
+    mkfs_jext(Arc::clone(&device))?;
     let options = MountOptions {
         data_mode: mode,
         ..MountOptions::default()
@@ -132,25 +145,22 @@ fn open_jext(path: &std::path::Path, mode: DataMode) -> io::Result<Fs> {
     Fs::open(device, options).map_err(io::Error::other)
 }
 
-fn mount_ext4(
-    dev: &LoopDevice,
-    point: &std::path::Path,
-    options: &str,
-    features: &str,
-) -> io::Result<KernelMount> {
+fn mkfs_jext(device: Arc<dyn jext::BlockDevice>) -> io::Result<()> {
+    let opts = MkfsOptions {
+        assume_zeroed: true,
+        label: "jext-bench".into(),
+        ..MkfsOptions::default()
+    };
+    mkfs(device, &opts).map(drop).map_err(io::Error::other)
+}
+
+fn mkfs_ext4(dev: &LoopDevice, features: &str) -> io::Result<()> {
     let mut args = vec!["-F", "-q"];
     if !features.is_empty() {
         args.extend(["-O", features]);
     }
     args.push(dev.path_str());
-    run("mkfs.ext4", &args)?;
-    // The lazy inode-table initialiser would write in the background during the run.
-    KernelMount::mount(
-        "ext4",
-        dev.path_str(),
-        point,
-        &format!("{options},noinit_itable"),
-    )
+    run("mkfs.ext4", &args).map(drop)
 }
 
 /// A system that is set up: where files live, and the device under it. Fields drop in
@@ -163,7 +173,7 @@ pub struct Running {
 enum Target {
     Raw(std::fs::File),
     Jext(Fs),
-    Kernel(KernelMount),
+    Mounted(Mount),
 }
 
 /// Device requests a system caused.
@@ -211,10 +221,18 @@ impl Running {
                 fs.create_file(&format!("/{name}"), 0o644)
                     .map_err(io::Error::other)?,
             )),
-            Target::Kernel(mount) => {
+            Target::Mounted(mount) => {
                 let path: PathBuf = mount.point.join(name);
-                Ok(BenchFile::Kernel(std::fs::File::create(path)?))
+                Ok(BenchFile::Vfs(std::fs::File::create(path)?))
             }
+        }
+    }
+
+    /// Where the file system is mounted, for systems programs can use.
+    pub fn mount_point(&self) -> Option<&std::path::Path> {
+        match &self.target {
+            Target::Mounted(mount) => Some(&mount.point),
+            _ => None,
         }
     }
 
@@ -270,7 +288,8 @@ pub enum BenchFile {
         bounce: AlignedBuffer,
     },
     Jext(jext::File),
-    Kernel(std::fs::File),
+    /// A file reached through the kernel's VFS (a kernel or FUSE mount).
+    Vfs(std::fs::File),
 }
 
 impl BenchFile {
@@ -284,7 +303,7 @@ impl BenchFile {
                 assert_eq!(written, data.len(), "jext wrote part of a buffer");
                 Ok(())
             }
-            BenchFile::Kernel(f) => f.write_all_at(data, offset),
+            BenchFile::Vfs(f) => f.write_all_at(data, offset),
         }
     }
 
@@ -294,8 +313,8 @@ impl BenchFile {
             BenchFile::Raw { file, .. } => file.sync_data(),
             BenchFile::Jext(f) if data_only => f.fdatasync().map_err(io::Error::other),
             BenchFile::Jext(f) => f.fsync().map_err(io::Error::other),
-            BenchFile::Kernel(f) if data_only => f.sync_data(),
-            BenchFile::Kernel(f) => f.sync_all(),
+            BenchFile::Vfs(f) if data_only => f.sync_data(),
+            BenchFile::Vfs(f) => f.sync_all(),
         }
     }
 }

@@ -174,7 +174,8 @@ enum Command {
     /// Examples: jext bench all --quick
     ///           jext bench fsync-latency --out bench/results/today
     Bench {
-        /// seq, fsync-latency, memory, dwsl, fsync-tail, ordered-write, io-per-fsync, or all.
+        /// seq, fsync-latency, memory, dwsl, fsync-tail, ordered-write, io-per-fsync, untar,
+        /// sqlite, or all.
         experiment: String,
         /// A short run (one repetition, smaller sizes) that finishes in a few minutes.
         #[arg(long)]
