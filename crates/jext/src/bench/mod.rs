@@ -286,9 +286,7 @@ pub fn systems(root: bool) -> Vec<System> {
                 features: "",
             });
         }
-        all.push(System::JextFuse {
-            mode: DataMode::Ordered,
-        });
+        all.extend(modes.map(|mode| System::JextFuse { mode }));
         all.push(System::Fuse2fs);
     }
     all
