@@ -60,16 +60,33 @@ impl KernelCheck {
                 String::from_utf8_lossy(&out.stderr).trim()
             )],
             Ok(_) => {
-                let problems = self.differences(rec, jext_view);
-                let unmounted = Command::new("umount").arg(&self.mountpoint).status();
-                if !unmounted.is_ok_and(|s| s.success()) {
-                    eprintln!("kernel check: umount {} failed", self.mountpoint.display());
-                }
+                let mut problems = self.differences(rec, jext_view);
+                problems.extend(self.unmount());
                 problems
             }
         };
         let _ = std::fs::remove_file(&self.image);
         problems
+    }
+
+    /// Unmounts (the loop device goes with it), retrying while something briefly holds
+    /// the mount; as a last resort detaches it lazily, so no mount outlives the check.
+    fn unmount(&self) -> Option<String> {
+        for _ in 0..20 {
+            let status = Command::new("umount").arg(&self.mountpoint).status();
+            if status.is_ok_and(|s| s.success()) {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.mountpoint)
+            .status();
+        Some(format!(
+            "kernel check: {} stayed busy; detached lazily",
+            self.mountpoint.display()
+        ))
     }
 
     fn differences(&self, rec: &Recording, jext_view: &[Node]) -> Vec<String> {

@@ -579,6 +579,80 @@ fn sqlite_script(db: &str, script: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Mailboxes each `varmail` thread owns.
+const MAILBOXES_PER_THREAD: usize = 100;
+/// The size of a message, and of each append.
+const MAIL_BYTES: usize = 16 << 10;
+
+/// `varmail` (filebench varmail's shape): `threads` threads, each over its own
+/// [`MAILBOXES_PER_THREAD`] files of 16 KiB made beforehand, repeat `cycles` times: delete
+/// a file; create it, write a message and fsync; append to another and fsync; read a
+/// third whole. Each of the four is an operation; measures operations per second.
+pub fn varmail(sys: &Running, threads: usize, cycles: usize) -> io::Result<Measured> {
+    let dir = mounted(sys)?.join("mail");
+    std::fs::create_dir_all(&dir)?;
+    for t in 0..threads {
+        for i in 0..MAILBOXES_PER_THREAD {
+            std::fs::write(mailbox(&dir, t, i), pattern(MAIL_BYTES, i as u64))?;
+        }
+    }
+    run("sync", &["-f", path_str(&dir)?])?;
+    let start_line = Barrier::new(threads + 1);
+    let start = Instant::now();
+    let ((), io) = counted(sys, || {
+        thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (dir, start_line) = (&dir, &start_line);
+                    scope.spawn(move || {
+                        start_line.wait();
+                        let mut seed = t as u64 + 1;
+                        (0..cycles).try_for_each(|_| mail_cycle(dir, t, &mut seed))
+                    })
+                })
+                .collect();
+            start_line.wait();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().expect("a varmail thread panicked"))
+        })
+    })?;
+    Ok(Measured::Ops {
+        ops: (4 * threads * cycles) as u64,
+        seconds: start.elapsed().as_secs_f64(),
+        io,
+    })
+}
+
+fn mailbox(dir: &Path, thread: usize, index: usize) -> PathBuf {
+    dir.join(format!("t{thread}-{index}"))
+}
+
+/// One varmail cycle on thread `t`'s mailboxes, picked by the xorshift state `seed`.
+pub fn mail_cycle(dir: &Path, t: usize, seed: &mut u64) -> io::Result<()> {
+    use std::io::{Read, Write};
+    let mut pick = || {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        (*seed % MAILBOXES_PER_THREAD as u64) as usize
+    };
+    let (fresh, appended, read) = (pick(), pick(), pick());
+    let message = pattern(MAIL_BYTES, *seed);
+    std::fs::remove_file(mailbox(dir, t, fresh))?;
+    let mut f = std::fs::File::create(mailbox(dir, t, fresh))?;
+    f.write_all(&message)?;
+    f.sync_all()?;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(mailbox(dir, t, appended))?;
+    f.write_all(&message)?;
+    f.sync_all()?;
+    let mut whole = Vec::new();
+    std::fs::File::open(mailbox(dir, t, read))?.read_to_end(&mut whole)?;
+    Ok(())
+}
+
 fn mounted(sys: &Running) -> io::Result<&Path> {
     sys.mount_point()
         .ok_or_else(|| io::Error::other("this experiment needs a mounted file system"))
@@ -605,6 +679,27 @@ fn counted<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mail_cycle_keeps_every_mailbox_and_grows_one() {
+        let dir = std::env::temp_dir().join(format!("jext-varmail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..MAILBOXES_PER_THREAD {
+            std::fs::write(mailbox(&dir, 0, i), [1u8; 10]).unwrap();
+        }
+        let mut seed = 7;
+        for _ in 0..20 {
+            mail_cycle(&dir, 0, &mut seed).unwrap();
+        }
+        let sizes: Vec<u64> = (0..MAILBOXES_PER_THREAD)
+            .map(|i| std::fs::metadata(mailbox(&dir, 0, i)).unwrap().len())
+            .collect();
+        assert!(
+            sizes.iter().any(|&s| s >= 2 * MAIL_BYTES as u64),
+            "appends happened"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn sqlite_runs_every_mode_and_phase_once_with_one_statement_per_row() {

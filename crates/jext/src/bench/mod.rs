@@ -42,10 +42,13 @@ pub enum Experiment {
     /// SQLite 1-row insert, update and delete transactions in WAL, DELETE and PERSIST
     /// journal modes, synchronous=FULL (µs per transaction); mounted systems only.
     Sqlite,
+    /// filebench varmail's shape: delete, create+write+fsync, append+fsync, read, over many
+    /// small files in a few threads (ops/s); mounted systems only.
+    Varmail,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 9] = [
+    pub const ALL: [Experiment; 10] = [
         Experiment::Seq,
         Experiment::FsyncLatency,
         Experiment::Memory,
@@ -55,6 +58,7 @@ impl Experiment {
         Experiment::IoPerFsync,
         Experiment::Untar,
         Experiment::Sqlite,
+        Experiment::Varmail,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +72,7 @@ impl Experiment {
             Experiment::IoPerFsync => "io-per-fsync",
             Experiment::Untar => "untar",
             Experiment::Sqlite => "sqlite",
+            Experiment::Varmail => "varmail",
         }
     }
 
@@ -80,9 +85,11 @@ impl Experiment {
                 .collect()
         };
         match self {
-            Experiment::Seq | Experiment::FsyncLatency | Experiment::Memory | Experiment::Untar => {
-                vec![Variant::Only]
-            }
+            Experiment::Seq
+            | Experiment::FsyncLatency
+            | Experiment::Memory
+            | Experiment::Untar
+            | Experiment::Varmail => vec![Variant::Only],
             Experiment::Sqlite => experiments::SQLITE_PLAN
                 .iter()
                 .map(|&(mode, phase)| Variant::Sqlite(mode, phase))
@@ -111,7 +118,7 @@ impl Experiment {
         match self {
             Experiment::Memory => matches!(system, System::Jext { .. }),
             // Programs need a path: a kernel or FUSE mount.
-            Experiment::Untar | Experiment::Sqlite => matches!(
+            Experiment::Untar | Experiment::Sqlite | Experiment::Varmail => matches!(
                 system,
                 System::Ext4 { .. } | System::JextFuse { .. } | System::Fuse2fs
             ),
@@ -199,6 +206,8 @@ pub struct BenchOptions {
     pub tail_background_mib_per_s: Vec<Option<u64>>,
     /// Transactions of each `sqlite` phase.
     pub sqlite_transactions: usize,
+    /// Cycles (four operations each) of each `varmail` thread.
+    pub varmail_cycles_per_thread: usize,
     /// Where scratch images live (their disk is the disk under test).
     pub dir: PathBuf,
     /// Only systems whose name contains this.
@@ -218,6 +227,7 @@ impl BenchOptions {
             tail_count: 2000,
             tail_background_mib_per_s: vec![None, Some(50), Some(100), Some(200)],
             sqlite_transactions: 1000,
+            varmail_cycles_per_thread: 500,
             dir,
             only: None,
         }
@@ -235,6 +245,7 @@ impl BenchOptions {
             tail_count: 200,
             tail_background_mib_per_s: vec![None, Some(100)],
             sqlite_transactions: 100,
+            varmail_cycles_per_thread: 50,
             dir,
             only: None,
         }
@@ -250,6 +261,9 @@ pub struct Sample {
     pub repetition: usize,
     pub outcome: Result<Measured, String>,
 }
+
+/// Threads of `varmail` (filebench's default for it is 16 on bigger machines).
+const VARMAIL_THREADS: usize = 4;
 
 /// Every system, in the order they alternate.
 pub fn systems(root: bool) -> Vec<System> {
@@ -365,7 +379,8 @@ fn run_one(
         | Experiment::OrderedWrite
         | Experiment::IoPerFsync
         | Experiment::Untar
-        | Experiment::Sqlite => 1 << 30,
+        | Experiment::Sqlite
+        | Experiment::Varmail => 1 << 30,
     };
     let running = system.set_up(scratch, image_bytes)?;
     let measured = match (experiment, variant) {
@@ -384,6 +399,9 @@ fn run_one(
             experiments::synced_writes(&running, placement, after, opts.fsync_count)?
         }
         (Experiment::Untar, _) => experiments::untar(&running, &opts.dir)?,
+        (Experiment::Varmail, _) => {
+            experiments::varmail(&running, VARMAIL_THREADS, opts.varmail_cycles_per_thread)?
+        }
         (Experiment::Sqlite, Variant::Sqlite(journal, phase)) => {
             experiments::sqlite(&running, journal, phase, opts.sqlite_transactions)?
         }
@@ -411,7 +429,7 @@ mod tests {
 
     #[test]
     fn programs_run_only_where_there_is_a_mount() {
-        for e in [Experiment::Untar, Experiment::Sqlite] {
+        for e in [Experiment::Untar, Experiment::Sqlite, Experiment::Varmail] {
             assert!(!e.applies_to(&System::RawLoop));
             assert!(e.applies_to(&System::Fuse2fs));
             assert!(e.applies_to(&System::JextFuse {
@@ -423,7 +441,7 @@ mod tests {
     #[test]
     fn all_names_every_experiment_once() {
         let all = Experiment::parse("all").unwrap();
-        assert_eq!(all.len(), 9);
+        assert_eq!(all.len(), 10);
         for e in all {
             assert_eq!(Experiment::parse(e.name()).unwrap(), vec![e]);
         }

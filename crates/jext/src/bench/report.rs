@@ -206,6 +206,12 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
                 &grid,
                 Unit::PerSecond,
             ),
+            Experiment::Varmail => rate_table(
+                &mut out,
+                "varmail: 4 threads of delete, create+write+fsync, append+fsync, read over 16 KiB files (ops/s)",
+                &grid,
+                Unit::PerSecond,
+            ),
             Experiment::Sqlite => rate_table(
                 &mut out,
                 "sqlite: one-row transactions, synchronous=FULL (µs per transaction)",

@@ -175,7 +175,7 @@ enum Command {
     ///           jext bench fsync-latency --out bench/results/today
     Bench {
         /// seq, fsync-latency, memory, dwsl, fsync-tail, ordered-write, io-per-fsync, untar,
-        /// sqlite, or all.
+        /// sqlite, varmail, or all.
         experiment: String,
         /// A short run (one repetition, smaller sizes) that finishes in a few minutes.
         #[arg(long)]
