@@ -202,7 +202,8 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
             Experiment::IoPerFsync => io_per_sync_table(&mut out, &grid),
             Experiment::Untar => rate_table(
                 &mut out,
-                "untar: unpacking /usr/include with tar, then syncfs (files/s)",
+                "untar: unpacking /usr/include with tar, then syncfs (files/s; on the FUSE systems \
+                 syncfs never reaches the daemon, so their figure leaves data not yet durable)",
                 &grid,
                 Unit::PerSecond,
             ),
