@@ -11,7 +11,6 @@ use crate::kernel::KernelCheck;
 use crate::oracle::{self, data_unit, NameCounts};
 use crate::record::{mount_options, record, Recording};
 use crate::repro::Reproducer;
-use crate::snapshot::{read_node, Node};
 use crate::states::{crash_points, selections, Sampling};
 use crate::workload::WorkloadId;
 use crate::{ace, fixed, generate};
@@ -334,15 +333,8 @@ impl Checker<'_> {
             Ok(fs) => fs,
             Err(e) => return vec![format!("recovery failed: {e}")],
         };
-        let mut problems = oracle::check(self.rec, self.names, point, &fs, self.unit);
+        let (mut problems, ours) = oracle::check(self.rec, self.names, point, &fs, self.unit);
         if let (Some(kernel), Some(pristine)) = (kernel, &pristine) {
-            let ours: Vec<Node> = self
-                .rec
-                .timeline
-                .paths
-                .iter()
-                .map(|p| read_node(&fs, p).unwrap_or(Node::Absent))
-                .collect();
             problems.extend(kernel.compare(pristine, self.rec, &ours));
         }
         if let Err(e) = fs.unmount() {

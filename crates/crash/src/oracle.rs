@@ -91,14 +91,15 @@ fn linkable_ino(node: &Node) -> Option<Ino> {
 }
 
 /// Checks the recovered `fs` against the recording for a crash after `..point`;
-/// returns every problem found (empty: the state is one the crash could leave).
+/// returns every problem found (empty: the state is one the crash could leave) and what
+/// each path of the recording holds after recovery (absent where it cannot be read).
 pub fn check(
     rec: &Recording,
     names: &NameCounts,
     point: usize,
     fs: &Fs,
     unit: Option<usize>,
-) -> Vec<String> {
+) -> (Vec<String>, Vec<Node>) {
     let t = &rec.timeline;
     let s_max = t.last_possible_state(point);
     let mut problems = Vec::new();
@@ -122,7 +123,7 @@ pub fn check(
         }
     }
     check_names(rec, names, point, s_max, &recovered, &mut problems);
-    problems
+    (problems, recovered)
 }
 
 /// One path's history as seen from one crash point.

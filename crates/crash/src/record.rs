@@ -64,8 +64,6 @@ pub struct Timeline {
     pub paths: Vec<String>,
     /// Per operation, the range of device-log indices its requests (and its mark) took.
     pub spans: Vec<(usize, usize)>,
-    /// Per operation, the error it returned (an op may fail: unlink of a missing file).
-    pub results: Vec<Result<(), String>>,
     /// Per path, (state index, node) at each change; state 0 is before the first op,
     /// state k + 1 after op k.
     pub history: Vec<Vec<(usize, Arc<Node>)>>,
@@ -89,7 +87,8 @@ pub fn mount_options(mode: DataMode) -> MountOptions {
 }
 
 /// Runs `workload` in `mode` from a fresh image. A failing setup or a file system error
-/// while reading the expected states is an error; a failing op is recorded.
+/// while reading the expected states is an error; an op that fails (unlink of a missing
+/// file) changes nothing and promises nothing.
 pub fn record(workload: &Workload, mode: DataMode, fault: Option<SimFault>) -> FsResult<Recording> {
     let dev = Arc::new(SimDevice::new(IMAGE_BYTES));
     mkfs(
@@ -114,7 +113,6 @@ pub fn record(workload: &Workload, mode: DataMode, fault: Option<SimFault>) -> F
         history: Vec::with_capacity(paths.len()),
         paths,
         spans: Vec::new(),
-        results: Vec::new(),
         inode_history: HashMap::new(),
         inode_promises: HashMap::new(),
     };
@@ -139,7 +137,6 @@ pub fn record(workload: &Workload, mode: DataMode, fault: Option<SimFault>) -> F
         if op.is_sync() && result.is_ok() {
             timeline.promise(op, end, k + 1);
         }
-        timeline.results.push(result.map_err(|e| e.to_string()));
     }
     Ok(Recording {
         workload: workload.clone(),

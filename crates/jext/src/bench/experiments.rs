@@ -50,17 +50,23 @@ pub enum Measured {
     },
 }
 
+/// One step of xorshift64: the benchmarks' cheap, repeatable random numbers.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// A non-zero xorshift state from any seed.
+fn xorshift_state(seed: u64) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+}
+
 /// A recognisable, incompressible-looking pattern (not zeros, not one repeated byte).
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut x = xorshift_state(seed);
+    (0..len).map(|_| xorshift(&mut x) as u8).collect()
 }
 
 /// `seq`: write `total_bytes` sequentially in `chunk_bytes` pieces, then fsync once.
@@ -353,14 +359,9 @@ fn preallocate(file: &mut BenchFile, bytes: u64) -> io::Result<()> {
 /// `count` byte offsets of blocks drawn uniformly (and repeatably, by `seed`) from the
 /// first `blocks` blocks.
 pub fn random_blocks(count: usize, blocks: u64, seed: u64) -> Vec<u64> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut x = xorshift_state(seed);
     (0..count)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % blocks) * BLOCK as u64
-        })
+        .map(|_| (xorshift(&mut x) % blocks) * BLOCK as u64)
         .collect()
 }
 
@@ -631,12 +632,7 @@ fn mailbox(dir: &Path, thread: usize, index: usize) -> PathBuf {
 /// One varmail cycle on thread `t`'s mailboxes, picked by the xorshift state `seed`.
 pub fn mail_cycle(dir: &Path, t: usize, seed: &mut u64) -> io::Result<()> {
     use std::io::{Read, Write};
-    let mut pick = || {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        (*seed % MAILBOXES_PER_THREAD as u64) as usize
-    };
+    let mut pick = || (xorshift(seed) % MAILBOXES_PER_THREAD as u64) as usize;
     let (fresh, appended, read) = (pick(), pick(), pick());
     let message = pattern(MAIL_BYTES, *seed);
     std::fs::remove_file(mailbox(dir, t, fresh))?;
