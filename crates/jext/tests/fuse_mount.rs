@@ -765,3 +765,57 @@ fn pjdfstest_passes_on_jext_what_it_passes_on_ext4() {
     );
     assert!(passed(&on_jext) + 1 >= passed(&on_ext4));
 }
+
+#[test]
+fn jext_bench_runs_the_mounted_systems_and_leaves_nothing_behind() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("bench");
+    let out = s.dir.join("report");
+    let images = s.dir.join("images");
+    fs::create_dir_all(&images).unwrap();
+    let report = jext(&[
+        "bench",
+        "fsync-latency",
+        "--quick",
+        "--only",
+        "(FUSE)",
+        "--dir",
+        images.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(report.contains("| jext data=ordered (FUSE) |"), "{report}");
+    let json: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["latency"]["samples"], 300);
+    for plot in ["fsync-latency-ratio", "fsync-latency-cdf"] {
+        for format in ["svg", "png"] {
+            let file = out.join(format!("{plot}.{format}"));
+            assert!(
+                fs::metadata(&file).is_ok_and(|m| m.len() > 1000),
+                "{file:?}"
+            );
+        }
+    }
+    let images_text = images.to_string_lossy().into_owned();
+    let mounts = fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(&images_text), "{mounts}");
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(!String::from_utf8_lossy(&loops.stdout).contains(&images_text));
+    assert_eq!(
+        fs::read_dir(&images).unwrap().count(),
+        0,
+        "scratch left behind"
+    );
+    let refused = Command::new(JEXT)
+        .args(["bench", "fsync-latency", "--only", "no such system"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr)
+        .contains("no system's name contains \"no such system\""));
+}

@@ -482,6 +482,12 @@ impl SqliteJournal {
 }
 
 impl SqlitePhase {
+    pub const ALL: [SqlitePhase; 3] = [
+        SqlitePhase::Insert,
+        SqlitePhase::Update,
+        SqlitePhase::Delete,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             SqlitePhase::Insert => "insert",

@@ -8,12 +8,13 @@
 //! that completed. Benchmarks are commands, never timed tests.
 
 pub mod experiments;
+pub mod plot;
 pub mod report;
 pub mod rig;
 pub mod stats;
 pub mod systems;
 
-use experiments::{After, Measured, Placement};
+use experiments::{After, Measured, Placement, SqlitePhase};
 use jext::DataMode;
 use rig::Scratch;
 use std::io;
@@ -92,6 +93,7 @@ impl Experiment {
             | Experiment::Varmail => vec![Variant::Only],
             Experiment::Sqlite => experiments::SQLITE_PLAN
                 .iter()
+                .filter(|(_, phase)| opts.sqlite_phases.contains(phase))
                 .map(|&(mode, phase)| Variant::Sqlite(mode, phase))
                 .collect(),
             Experiment::Dwsl => experiments::thread_plan(opts.dwsl_max_threads)
@@ -206,12 +208,14 @@ pub struct BenchOptions {
     pub tail_background_mib_per_s: Vec<Option<u64>>,
     /// Transactions of each `sqlite` phase.
     pub sqlite_transactions: usize,
+    /// The `sqlite` phases run (each in every journal mode).
+    pub sqlite_phases: Vec<experiments::SqlitePhase>,
     /// Cycles (four operations each) of each `varmail` thread.
     pub varmail_cycles_per_thread: usize,
     /// Where scratch images live (their disk is the disk under test).
     pub dir: PathBuf,
-    /// Only systems whose name contains this.
-    pub only: Option<String>,
+    /// The systems under test, in the order they alternate.
+    pub systems: Vec<System>,
 }
 
 impl BenchOptions {
@@ -220,16 +224,17 @@ impl BenchOptions {
             experiments,
             repetitions: 3,
             seq_bytes: 1 << 30,
-            memory_bytes: 10 << 30,
+            memory_bytes: 4 << 30,
             fsync_count: 2000,
             dwsl_max_threads: 8,
-            dwsl_ops_per_thread: 1000,
-            tail_count: 2000,
+            dwsl_ops_per_thread: 300,
+            tail_count: 1000,
             tail_background_mib_per_s: vec![None, Some(50), Some(100), Some(200)],
-            sqlite_transactions: 1000,
+            sqlite_transactions: 500,
+            sqlite_phases: SqlitePhase::ALL.to_vec(),
             varmail_cycles_per_thread: 500,
             dir,
-            only: None,
+            systems: systems(running_as_root()),
         }
     }
 
@@ -245,10 +250,16 @@ impl BenchOptions {
             tail_count: 200,
             tail_background_mib_per_s: vec![None, Some(100)],
             sqlite_transactions: 100,
+            sqlite_phases: vec![SqlitePhase::Insert],
             varmail_cycles_per_thread: 50,
             dir,
-            only: None,
+            systems: headline_systems(running_as_root()),
         }
+    }
+
+    /// Keeps only the systems whose name contains `pattern`.
+    pub fn only(&mut self, pattern: &str) {
+        self.systems.retain(|s| s.name().contains(pattern));
     }
 }
 
@@ -264,6 +275,21 @@ pub struct Sample {
 
 /// Threads of `varmail` (filebench's default for it is 16 on bigger machines).
 const VARMAIL_THREADS: usize = 4;
+
+/// The systems of the README's headline table (and of `--quick`): the raw floor, jext's
+/// library in its two durable-data modes and its mount, ext4 ordered/journal/fast_commit,
+/// and fuse2fs.
+pub fn headline_systems(root: bool) -> Vec<System> {
+    systems(root)
+        .into_iter()
+        .filter(|s| match s {
+            System::Jext { mode, .. } => *mode != DataMode::Writeback,
+            System::Ext4 { options, .. } => matches!(*options, "data=ordered" | "data=journal"),
+            System::JextFuse { mode } => *mode == DataMode::Ordered,
+            System::RawFile | System::RawLoop | System::Fuse2fs => true,
+        })
+        .collect()
+}
 
 /// Every system, in the order they alternate.
 pub fn systems(root: bool) -> Vec<System> {
@@ -306,58 +332,62 @@ pub fn systems(root: bool) -> Vec<System> {
     all
 }
 
-/// Runs everything; progress goes to stderr as each run finishes.
-pub fn run(opts: &BenchOptions) -> io::Result<Vec<Sample>> {
-    crate::signals::catch_interrupts();
-    let root = running_as_root();
-    if !root {
-        eprintln!("jext bench: not root, so no loop devices: only the image-file systems run");
-    }
-    let chosen: Vec<System> = systems(root)
-        .into_iter()
-        .filter(|s| {
-            opts.only
-                .as_ref()
-                .is_none_or(|o| s.name().contains(o.as_str()))
-        })
-        .collect();
-    let scratch = Scratch::new(&opts.dir)?;
-    let plan: Vec<(Experiment, Variant)> = opts
-        .experiments
-        .iter()
-        .flat_map(|&e| e.variants(opts).into_iter().map(move |v| (e, v)))
-        .collect();
-    let runs_of = |e: Experiment| chosen.iter().filter(|s| e.applies_to(s)).count();
-    let total: usize = plan
-        .iter()
-        .map(|&(e, _)| runs_of(e) * opts.repetitions)
-        .sum();
-    let mut samples = Vec::with_capacity(total);
-    for &(experiment, variant) in &plan {
-        for repetition in 0..opts.repetitions {
-            for system in chosen.iter().filter(|s| experiment.applies_to(s)) {
-                crate::signals::check_interrupt()?;
-                let outcome =
-                    run_one(experiment, variant, system, &scratch, opts).map_err(|e| e.to_string());
-                crate::signals::check_interrupt()?;
-                eprintln!(
-                    "[{}/{total}] {} {} rep {}: {}: {}",
-                    samples.len() + 1,
-                    experiment.name(),
-                    variant.label(),
-                    repetition + 1,
-                    system.name(),
-                    report::one_line(&outcome)
-                );
-                samples.push(Sample {
-                    experiment,
-                    variant,
-                    system: system.clone(),
-                    repetition,
-                    outcome,
-                });
+/// Who hears about each run as it starts and ends (the command's progress bar).
+pub trait Observer {
+    /// Run `index` (from 0) of `total`, described as `what`, is about to start.
+    fn starting(&self, index: usize, total: usize, what: &str);
+    /// It ended so (`verdict` is a figure or the error).
+    fn finished(&self, index: usize, total: usize, what: &str, verdict: &str);
+}
+
+/// Every (experiment, variant, repetition, system) run, in the order they happen: systems
+/// alternate innermost, so a slow drift of the machine touches every system alike.
+fn plan(opts: &BenchOptions) -> Vec<(Experiment, Variant, usize, &System)> {
+    let mut runs = Vec::new();
+    for &experiment in &opts.experiments {
+        for variant in experiment.variants(opts) {
+            for repetition in 0..opts.repetitions {
+                for system in opts.systems.iter().filter(|s| experiment.applies_to(s)) {
+                    runs.push((experiment, variant, repetition, system));
+                }
             }
         }
+    }
+    runs
+}
+
+/// How many runs `run` will make.
+pub fn runs_planned(opts: &BenchOptions) -> usize {
+    plan(opts).len()
+}
+
+/// Runs everything in `opts`; a run that fails is recorded with its error and the others
+/// still run. Only an interrupt (Ctrl-C) stops early, after tearing the current run down.
+pub fn run(opts: &BenchOptions, observer: &dyn Observer) -> io::Result<Vec<Sample>> {
+    crate::signals::catch_interrupts();
+    let scratch = Scratch::new(&opts.dir)?;
+    let runs = plan(opts);
+    let total = runs.len();
+    let mut samples = Vec::with_capacity(total);
+    for (index, (experiment, variant, repetition, system)) in runs.into_iter().enumerate() {
+        let what = match variant.label() {
+            l if l.is_empty() => experiment.name().to_string(),
+            l => format!("{} {l}", experiment.name()),
+        };
+        let what = format!("{what} rep {}: {}", repetition + 1, system.name());
+        crate::signals::check_interrupt()?;
+        observer.starting(index, total, &what);
+        let outcome =
+            run_one(experiment, variant, system, &scratch, opts).map_err(|e| e.to_string());
+        crate::signals::check_interrupt()?;
+        observer.finished(index, total, &what, &report::one_line(&outcome));
+        samples.push(Sample {
+            experiment,
+            variant,
+            system: system.clone(),
+            repetition,
+            outcome,
+        });
     }
     Ok(samples)
 }
@@ -411,7 +441,7 @@ fn run_one(
     Ok(measured)
 }
 
-fn running_as_root() -> bool {
+pub fn running_as_root() -> bool {
     // The effective uid from /proc, so no libc call (and no unsafe) is needed.
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -426,6 +456,85 @@ fn running_as_root() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::RefCell;
+
+    /// Remembers every verdict the harness announced.
+    #[derive(Default)]
+    struct Heard(RefCell<Vec<String>>);
+
+    impl Observer for Heard {
+        fn starting(&self, _: usize, _: usize, _: &str) {}
+        fn finished(&self, index: usize, total: usize, what: &str, verdict: &str) {
+            self.0
+                .borrow_mut()
+                .push(format!("{}/{total} {what}: {verdict}", index + 1));
+        }
+    }
+
+    /// Lines of `text` that mention `path`.
+    fn mentions(text: &str, path: &std::path::Path) -> Vec<String> {
+        let path = path.to_string_lossy();
+        text.lines()
+            .filter(|l| l.contains(path.as_ref()))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_failing_system_is_reported_the_others_run_and_nothing_is_left_behind() {
+        if !running_as_root() {
+            eprintln!("skipping: loop devices and mounts need root");
+            return;
+        }
+        let parent = std::env::temp_dir().join(format!("jext-harness-{}", std::process::id()));
+        std::fs::create_dir_all(&parent).unwrap();
+        let mut opts = BenchOptions::quick(vec![Experiment::FsyncLatency], parent.clone());
+        opts.fsync_count = 20;
+        // A mount option the kernel refuses: set-up fails after its loop device exists.
+        let broken = System::Ext4 {
+            options: "data=bogus",
+            features: "",
+        };
+        opts.systems = vec![
+            System::RawLoop,
+            broken.clone(),
+            System::Jext {
+                mode: DataMode::Ordered,
+                backing: Backing::Loop,
+            },
+            report::EXT4_ORDERED,
+            System::Fuse2fs,
+        ];
+        let heard = Heard::default();
+        let samples = run(&opts, &heard).unwrap();
+
+        assert_eq!(samples.len(), 5, "{:?}", heard.0.borrow());
+        for s in &samples {
+            assert_eq!(
+                s.outcome.is_err(),
+                s.system == broken,
+                "{}: {:?}",
+                s.system.name(),
+                s.outcome
+            );
+        }
+        let heard = heard.0.borrow();
+        assert!(
+            heard[1].contains("ext4 data=bogus") && heard[1].contains("FAILED"),
+            "{heard:?}"
+        );
+        assert!(
+            report::markdown(&samples, &opts.experiments).contains("- ext4 data=bogus failed: ")
+        );
+
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+        assert_eq!(mentions(&mounts, &parent), Vec::<String>::new());
+        let loops = rig::run("losetup", &["-a"]).unwrap();
+        assert_eq!(mentions(&loops, &parent), Vec::<String>::new());
+        let left: Vec<_> = std::fs::read_dir(&parent).unwrap().collect();
+        assert!(left.is_empty(), "scratch left behind: {left:?}");
+        std::fs::remove_dir(&parent).unwrap();
+    }
 
     #[test]
     fn programs_run_only_where_there_is_a_mount() {
@@ -481,5 +590,10 @@ mod tests {
             ]
         );
         assert_eq!(labels(Experiment::Seq, &quick), [""]);
+        assert_eq!(
+            labels(Experiment::Sqlite, &quick),
+            ["WAL insert", "DELETE insert", "PERSIST insert"]
+        );
+        assert_eq!(labels(Experiment::Sqlite, &full).len(), 9);
     }
 }

@@ -165,13 +165,76 @@ fn reference<'a>(rows: &'a [Aggregate<'a>], wanted: &System) -> Option<&'a Aggre
     rows.iter().find(|r| r.system == wanted)
 }
 
-const EXT4_ORDERED: System = System::Ext4 {
+pub const EXT4_ORDERED: System = System::Ext4 {
     options: "data=ordered",
     features: "",
 };
 
 fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or("–".into(), |r| format!("{r:.2}×"))
+}
+
+/// The figure an experiment's charts compare, and which way is better.
+pub struct Metric {
+    pub unit: &'static str,
+    pub higher_is_better: bool,
+}
+
+/// The headline figure of each experiment (none for `memory`, which has no ratio).
+pub fn metric(experiment: Experiment) -> Option<Metric> {
+    let (unit, higher_is_better) = match experiment {
+        Experiment::Memory => return None,
+        Experiment::Seq => ("MiB/s", true),
+        Experiment::FsyncLatency | Experiment::FsyncTail => ("mean µs per fsync", false),
+        Experiment::Sqlite => ("µs per transaction", false),
+        Experiment::Untar => ("files/s", true),
+        Experiment::Dwsl
+        | Experiment::OrderedWrite
+        | Experiment::IoPerFsync
+        | Experiment::Varmail => ("ops/s", true),
+    };
+    Some(Metric {
+        unit,
+        higher_is_better,
+    })
+}
+
+/// One system's headline figure in one variant (median or pooled over repetitions), and
+/// that figure divided by ext4 data=ordered's in the same variant.
+pub struct Headline {
+    pub system: System,
+    pub value: Option<f64>,
+    pub vs_ext4: Option<f64>,
+}
+
+/// The headline figures of every variant of `experiment`, systems in the order they ran.
+pub fn headlines(samples: &[Sample], experiment: Experiment) -> Vec<(Variant, Vec<Headline>)> {
+    let figure = |row: &Aggregate| match experiment {
+        Experiment::Memory => None,
+        Experiment::Seq => row.mib_per_s,
+        Experiment::FsyncLatency | Experiment::FsyncTail => row.latency.as_ref().map(|l| l.mean_us),
+        Experiment::Sqlite => row.ops_per_sec.map(|rate| 1e6 / rate),
+        _ => row.ops_per_sec,
+    };
+    variants_of(samples, experiment)
+        .into_iter()
+        .map(|variant| {
+            let rows = aggregate(samples, experiment, variant);
+            let ext4 = reference(&rows, &EXT4_ORDERED).and_then(figure);
+            let lines = rows
+                .iter()
+                .map(|row| {
+                    let value = figure(row);
+                    Headline {
+                        system: row.system.clone(),
+                        value,
+                        vs_ext4: value.and_then(|v| ratio(v, ext4)),
+                    }
+                })
+                .collect();
+            (variant, lines)
+        })
+        .collect()
 }
 
 /// The markdown tables of every experiment in the samples.

@@ -1,9 +1,27 @@
-//! `jext bench`: parses the command's options, runs the harness in `crate::bench`, prints
-//! the tables and, with `--out`, saves the markdown report and the JSON of every run.
+//! `jext bench`: parses the command's options, runs the harness in `crate::bench` with a
+//! progress bar, prints the tables and, with `--out`, saves the markdown report, the JSON of
+//! every run and the plots.
 
-use crate::bench::{self, report, BenchOptions, Experiment};
+use super::progress::Progress;
+use crate::bench::{self, plot, report, BenchOptions, Experiment, Observer};
 use serde_json::json;
 use std::path::PathBuf;
+
+/// The progress bar, with a line above it for every run that ends.
+struct Bar(Progress);
+
+impl Observer for Bar {
+    fn starting(&self, index: usize, _total: usize, what: &str) {
+        self.0.at(index as u64);
+        self.0.say(what.to_string());
+    }
+
+    fn finished(&self, index: usize, total: usize, what: &str, verdict: &str) {
+        self.0.at(index as u64 + 1);
+        self.0
+            .line(&format!("[{}/{total}] {what}: {verdict}", index + 1));
+    }
+}
 
 pub struct Args {
     pub experiment: String,
@@ -37,9 +55,27 @@ fn bench_command(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         opts.repetitions = n;
     }
-    opts.only = args.only.clone();
+    if let Some(pattern) = &args.only {
+        opts.only(pattern);
+    }
+    if !bench::running_as_root() {
+        eprintln!("jext bench: not root, so no loop devices: only the image-file systems run");
+    }
+    if opts.systems.is_empty() {
+        return Err(format!(
+            "no system's name contains {:?}",
+            args.only.unwrap_or_default()
+        )
+        .into());
+    }
     let header = header(&opts, args.quick);
-    let samples = bench::run(&opts)?;
+    let bar = Bar(Progress::steps(
+        bench::runs_planned(&opts) as u64,
+        "setting up",
+    ));
+    let samples = bench::run(&opts, &bar);
+    bar.0.finish();
+    let samples = samples?;
     let tables = report::markdown(&samples, &experiments);
     let text = format!("{}\n{tables}", header_markdown(&header));
     println!("\n{text}");
@@ -55,6 +91,15 @@ fn bench_command(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "jext bench: wrote {}/report.md and results.json",
             dir.display()
         );
+        match plot::draw(&samples, &experiments, dir) {
+            Ok(files) => eprintln!(
+                "jext bench: drew {} plots in {}",
+                files.len(),
+                dir.display()
+            ),
+            // The tables and JSON are written; a missing font costs only the pictures.
+            Err(e) => eprintln!("jext bench: no plots: {e}"),
+        }
     }
     Ok(())
 }
@@ -79,12 +124,16 @@ fn header(opts: &BenchOptions, quick: bool) -> serde_json::Value {
         "fsync_count": opts.fsync_count,
         "dwsl_ops_per_thread": opts.dwsl_ops_per_thread,
         "tail_count": opts.tail_count,
+        "memory_bytes": opts.memory_bytes,
+        "sqlite_transactions": opts.sqlite_transactions,
+        "varmail_cycles_per_thread": opts.varmail_cycles_per_thread,
+        "systems": opts.systems.iter().map(|s| s.name()).collect::<Vec<_>>(),
     })
 }
 
 fn header_markdown(h: &serde_json::Value) -> String {
     format!(
-        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} fsyncs. \
+        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} fsyncs, memory {} GiB, sqlite {} transactions per phase, varmail {} cycles per thread. \
          Loop devices use direct I/O; jext counts its own requests, the kernel's are read from /sys/block/loopN/stat.\n",
         h["date"].as_str().unwrap_or("?"),
         h["kernel"].as_str().unwrap_or("?"),
@@ -96,5 +145,8 @@ fn header_markdown(h: &serde_json::Value) -> String {
         h["fsync_count"],
         h["dwsl_ops_per_thread"],
         h["tail_count"],
+        h["memory_bytes"].as_u64().unwrap_or(0) >> 30,
+        h["sqlite_transactions"],
+        h["varmail_cycles_per_thread"],
     )
 }

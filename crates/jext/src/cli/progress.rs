@@ -26,6 +26,17 @@ impl Progress {
         )
     }
 
+    /// A bar of `total` steps with the elapsed time, an estimate of what is left, and
+    /// `what` (the step under way).
+    pub fn steps(total: u64, what: &str) -> Progress {
+        let progress = Progress::styled(
+            "{spinner} [{elapsed}] [{bar:30}] {pos}/{len}, ~{eta} left: {wide_msg}",
+            what,
+        );
+        progress.bar.set_length(total);
+        progress
+    }
+
     fn styled(template: &str, what: &str) -> Progress {
         let bar = if std::io::stderr().is_terminal() {
             let bar = ProgressBar::new_spinner();
@@ -45,6 +56,20 @@ impl Progress {
     /// Replaces the message (for running counts).
     pub fn say(&self, message: String) {
         self.bar.set_message(message);
+    }
+
+    /// Prints a line above the bar (or alone, when there is no terminal to draw on).
+    pub fn line(&self, text: &str) {
+        if self.bar.is_hidden() {
+            eprintln!("{text}");
+        } else {
+            self.bar.println(text);
+        }
+    }
+
+    /// Moves a bar of steps to `done`.
+    pub fn at(&self, done: u64) {
+        self.bar.set_position(done);
     }
 
     /// Counts `bytes` more copied.
