@@ -819,3 +819,52 @@ fn jext_bench_runs_the_mounted_systems_and_leaves_nothing_behind() {
     assert!(String::from_utf8_lossy(&refused.stderr)
         .contains("no system's name contains \"no such system\""));
 }
+
+#[test]
+fn an_interrupted_bench_tears_down_what_it_set_up() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("bench-interrupt");
+    let images = s.dir.join("images");
+    fs::create_dir_all(&images).unwrap();
+    let images_text = images.to_string_lossy().into_owned();
+    let bench = Command::new(JEXT)
+        .args([
+            "bench",
+            "fsync-latency",
+            "--only",
+            "(FUSE)",
+            "--dir",
+            &images_text,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt while a jext FUSE mount of the bench is up.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .contains(&images_text)
+    {
+        assert!(Instant::now() < deadline, "the bench never mounted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on the pid of a child this test spawned and has not yet reaped.
+    assert_eq!(unsafe { libc::kill(bench.id() as i32, libc::SIGINT) }, 0);
+    let out = bench.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("jext bench: interrupted"), "{stderr}");
+    assert!(!fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .contains(&images_text));
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(!String::from_utf8_lossy(&loops.stdout).contains(&images_text));
+    assert_eq!(
+        fs::read_dir(&images).unwrap().count(),
+        0,
+        "scratch left behind"
+    );
+}

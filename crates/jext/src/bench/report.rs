@@ -546,9 +546,9 @@ fn memory_table(out: &mut String, samples: &[Sample]) {
     );
     let _ = writeln!(
         out,
-        "| system | GiB written | MiB/s | peak RSS MiB | peak cache MiB | cache bound MiB |"
+        "| system | rep | GiB written | MiB/s | peak RSS MiB | peak cache MiB | cache bound MiB |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
     for s in samples
         .iter()
         .filter(|s| s.experiment == Experiment::Memory)
@@ -563,8 +563,9 @@ fn memory_table(out: &mut String, samples: &[Sample]) {
         {
             let _ = writeln!(
                 out,
-                "| {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} |",
+                "| {} | {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} |",
                 s.system.name(),
+                s.repetition + 1,
                 mib(*bytes) / 1024.0,
                 mib(*bytes) / seconds,
                 mib(*peak_rss_bytes),
