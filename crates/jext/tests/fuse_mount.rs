@@ -766,6 +766,20 @@ fn pjdfstest_passes_on_jext_what_it_passes_on_ext4() {
     assert!(passed(&on_jext) + 1 >= passed(&on_ext4));
 }
 
+/// No mount, loop device or image of a `jext bench` whose scratch directory was `images`.
+fn assert_bench_left_nothing(images: &Path) {
+    let images_text = images.to_string_lossy().into_owned();
+    let mounts = fs::read_to_string("/proc/mounts").unwrap();
+    assert!(!mounts.contains(&images_text), "{mounts}");
+    let loops = Command::new("losetup").arg("-a").output().unwrap();
+    assert!(!String::from_utf8_lossy(&loops.stdout).contains(&images_text));
+    assert_eq!(
+        fs::read_dir(images).unwrap().count(),
+        0,
+        "scratch left behind"
+    );
+}
+
 #[test]
 fn jext_bench_runs_the_mounted_systems_and_leaves_nothing_behind() {
     if !can_mount() {
@@ -801,16 +815,7 @@ fn jext_bench_runs_the_mounted_systems_and_leaves_nothing_behind() {
             );
         }
     }
-    let images_text = images.to_string_lossy().into_owned();
-    let mounts = fs::read_to_string("/proc/mounts").unwrap();
-    assert!(!mounts.contains(&images_text), "{mounts}");
-    let loops = Command::new("losetup").arg("-a").output().unwrap();
-    assert!(!String::from_utf8_lossy(&loops.stdout).contains(&images_text));
-    assert_eq!(
-        fs::read_dir(&images).unwrap().count(),
-        0,
-        "scratch left behind"
-    );
+    assert_bench_left_nothing(&images);
     let refused = Command::new(JEXT)
         .args(["bench", "fsync-latency", "--only", "no such system"])
         .output()
@@ -857,14 +862,5 @@ fn an_interrupted_bench_tears_down_what_it_set_up() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("jext bench: interrupted"), "{stderr}");
-    assert!(!fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .contains(&images_text));
-    let loops = Command::new("losetup").arg("-a").output().unwrap();
-    assert!(!String::from_utf8_lossy(&loops.stdout).contains(&images_text));
-    assert_eq!(
-        fs::read_dir(&images).unwrap().count(),
-        0,
-        "scratch left behind"
-    );
+    assert_bench_left_nothing(&images);
 }
