@@ -38,7 +38,8 @@ pub enum Experiment {
     OrderedWrite,
     /// Device requests per fsync and per fdatasync, after appends and after overwrites.
     IoPerFsync,
-    /// Unpacking a source tree with tar, then syncfs (files/s); mounted systems only.
+    /// Unpacking a source tree with tar, then a sync of the file system (files/s); mounted
+    /// systems only.
     Untar,
     /// SQLite 1-row insert, update and delete transactions in WAL, DELETE and PERSIST
     /// journal modes, synchronous=FULL (µs per transaction); mounted systems only.

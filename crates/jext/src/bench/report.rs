@@ -265,8 +265,9 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
             Experiment::IoPerFsync => io_per_sync_table(&mut out, &grid),
             Experiment::Untar => rate_table(
                 &mut out,
-                "untar: unpacking /usr/include with tar, then syncfs (files/s; on the FUSE systems \
-                 syncfs never reaches the daemon, so their figure leaves data not yet durable)",
+                "untar: unpacking /usr/include with tar, then a sync of the file system (files/s; \
+                 `jext sync` for jext's mount; fuse2fs's figure leaves data not yet durable, as \
+                 syncfs never reaches its daemon)",
                 &grid,
                 Unit::PerSecond,
             ),

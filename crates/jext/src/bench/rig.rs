@@ -169,6 +169,19 @@ impl Mount {
     }
 }
 
+impl Mount {
+    /// `sync -f POINT`, or for jext `jext sync POINT`: the kernel passes syncfs on to no
+    /// FUSE daemon, and jext's answers the request on its control socket instead.
+    pub fn sync(&self) -> io::Result<()> {
+        let point = self.point.to_string_lossy();
+        match &self.unmount {
+            Unmount::Kernel { .. } => run("sync", &["-f", &point]),
+            Unmount::Jext(exe) => run(&exe.to_string_lossy(), &["sync", &point]),
+        }
+        .map(drop)
+    }
+}
+
 fn prepare(point: &Path) -> io::Result<&str> {
     std::fs::create_dir_all(point)?;
     point

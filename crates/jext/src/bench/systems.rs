@@ -236,6 +236,15 @@ impl Running {
         }
     }
 
+    /// Makes everything written to a mounted system durable: `sync -f` for the kernel's
+    /// mounts (and fuse2fs, where it ends in the kernel), `jext sync` for jext's mount.
+    pub fn sync_mount(&self) -> io::Result<()> {
+        match &self.target {
+            Target::Mounted(mount) => mount.sync(),
+            _ => Err(io::Error::other("only a mounted file system can be synced")),
+        }
+    }
+
     /// Requests the device has seen so far, where they can be counted.
     pub fn io(&self) -> io::Result<Option<IoCounts>> {
         if let Target::Jext(fs) = &self.target {

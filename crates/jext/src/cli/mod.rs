@@ -2,6 +2,7 @@
 //! a process exit status; errors are printed as "jext <command>: <what failed>".
 
 mod bench;
+mod control;
 mod crash;
 mod demo;
 mod files;
@@ -97,6 +98,11 @@ enum Command {
     ///
     /// Example: jext umount /mnt
     Umount { mountpoint: PathBuf },
+    /// Makes everything written under a jext mount durable (what `sync` does on ext4; the
+    /// kernel does not pass `sync` on to a FUSE daemon).
+    ///
+    /// Example: jext sync /mnt
+    Sync { mountpoint: PathBuf },
     /// List a directory of an image (without mounting it).
     ///
     /// Example: jext ls disk.img /etc
@@ -223,6 +229,7 @@ pub fn run(cli: Cli) -> i32 {
             mountpoint,
         } => mount::mount(&image, &mountpoint, options.as_deref(), foreground),
         Command::Umount { mountpoint } => mount::umount(&mountpoint),
+        Command::Sync { mountpoint } => mount::sync(&mountpoint),
         Command::Ls { image, path } => files::ls(&image, &path),
         Command::Cat { image, path } => files::cat(&image, &path),
         Command::Get { image, path, dest } => files::get(&image, &path, &dest),

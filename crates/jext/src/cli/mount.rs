@@ -7,6 +7,9 @@
 //! checkpoints, leaving a clean image. `jext umount DIR` unmounts and waits for the daemon
 //! to finish that cleanup, so the image is clean when it returns.
 //!
+//! The daemon also answers `jext sync DIR` on a control socket (see `control`), because
+//! the kernel never forwards `sync` to it.
+//!
 //! Must never leave a daemon serving a mount nobody can find: the daemon's pid is recorded
 //! under `/run/jext`, named after the mount point.
 
@@ -51,6 +54,10 @@ fn fail(command: &str, what: &str) -> i32 {
 fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), String> {
     let mountpoint = absolute(mountpoint)?;
     let fs = Fs::open_path(image, opts.fs.clone()).map_err(|e| open_error(image, e))?;
+    let _ = std::fs::create_dir_all(PID_DIR);
+    let socket = socket_file(&mountpoint);
+    let _control = super::control::listen(socket.clone(), fs.clone())
+        .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
     let mut mounted = Mounted::mount(fs, image, &mountpoint, opts).map_err(|e| {
         format!(
             "cannot mount {} on {}: {e}",
@@ -59,7 +66,6 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
         )
     })?;
     let pid_file = pid_file(&mountpoint);
-    let _ = std::fs::create_dir_all(PID_DIR);
     let _ = std::fs::write(&pid_file, std::process::id().to_string());
     crate::signals::catch_interrupts();
     let mut unmounter = mounted.unmounter();
@@ -92,6 +98,33 @@ fn absolute(path: &Path) -> Result<PathBuf, String> {
 /// Where the daemon of `mountpoint` notes its process id (read by `jext umount`).
 fn pid_file(mountpoint: &Path) -> PathBuf {
     run_file(mountpoint, "pid")
+}
+
+/// Where the daemon of `mountpoint` listens for `jext sync`.
+fn socket_file(mountpoint: &Path) -> PathBuf {
+    let named = run_file(mountpoint, "sock");
+    // A Unix socket's path must fit sockaddr_un's 108 bytes; a long mount point gets a
+    // name made from a hash of it instead.
+    if named.as_os_str().len() < 108 {
+        return named;
+    }
+    let fnv1a = mountpoint
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    Path::new(PID_DIR).join(format!("{fnv1a:016x}.sock"))
+}
+
+/// `jext sync DIR`: everything written under the jext mount at DIR made durable.
+pub fn sync(mountpoint: &Path) -> i32 {
+    let result = absolute(mountpoint).and_then(|m| super::control::sync(&m, &socket_file(&m)));
+    match result {
+        Ok(()) => 0,
+        Err(e) => fail("sync", &e),
+    }
 }
 
 /// Where a background daemon's messages go; kept only when it ends with an error.
