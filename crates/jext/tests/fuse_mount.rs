@@ -455,20 +455,34 @@ fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> i32 {
     }
 }
 
-/// A `jext mount -f` daemon, once its mount is up (for tests that kill it).
-fn foreground_daemon(s: &Scratch) -> Child {
+/// A `jext mount -f -o options` daemon, once its mount is up (for tests that kill it).
+fn foreground_daemon(s: &Scratch, options: &str) -> Child {
     let mut daemon = Command::new(JEXT)
-        .args([
-            "mount",
-            "-f",
-            s.image().to_str().unwrap(),
-            s.mnt().to_str().unwrap(),
-        ])
+        .args(["mount", "-f", "-o", options])
+        .arg(s.image())
+        .arg(s.mnt())
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     wait_for_mount(&s.mnt(), &mut daemon);
     daemon
+}
+
+/// SIGKILL for a daemon: its mount stays, dead, until `unmount_dead`.
+fn kill_daemon(mut daemon: Child) {
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// Unmounts the mount a killed daemon left behind.
+fn unmount_dead(s: &Scratch) {
+    let out = Command::new("umount").arg(s.mnt()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "umount of the dead mount {}: {}",
+        s.mnt().display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn wait_for_mount(mnt: &Path, daemon: &mut Child) {
@@ -497,7 +511,7 @@ fn a_killed_daemon_loses_nothing_it_fsynced() {
         return;
     }
     let s = Scratch::new("kill");
-    let mut daemon = foreground_daemon(&s);
+    let daemon = foreground_daemon(&s, "");
     let mut synced = Model::new();
     for i in 0..40 {
         let name = format!("s{i}");
@@ -511,14 +525,8 @@ fn a_killed_daemon_loses_nothing_it_fsynced() {
     for i in 0..20 {
         fs::write(s.mnt().join(format!("u{i}")), vec![1u8; 5000]).unwrap();
     }
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
-    let out = Command::new("umount").arg(s.mnt()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "umount of the dead mount: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kill_daemon(daemon);
+    unmount_dead(&s);
     mount(&s, "");
     for (name, data) in &synced {
         assert!(
@@ -609,7 +617,7 @@ fn a_daemon_killed_mid_workload_recovers_every_program() {
     ];
     for (name, script) in workloads {
         let s = Scratch::new(&format!("kill-{name}"));
-        let mut daemon = foreground_daemon(&s);
+        let daemon = foreground_daemon(&s, "");
         let mut workload = Command::new("sh")
             .args(["-c", &script])
             .current_dir(s.mnt())
@@ -622,14 +630,9 @@ fn a_daemon_killed_mid_workload_recovers_every_program() {
             workload.try_wait().unwrap().is_none(),
             "{name}: the workload ended before the kill"
         );
-        daemon.kill().unwrap();
-        daemon.wait().unwrap();
+        kill_daemon(daemon);
         workload.wait().unwrap();
-        let out = Command::new("umount").arg(s.mnt()).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{name}: umount of the dead mount failed"
-        );
+        unmount_dead(&s);
         mount(&s, "");
         if name == "sqlite" {
             let last: u64 =
@@ -873,14 +876,7 @@ fn jext_sync_makes_unsynced_writes_durable() {
     let s = Scratch::new("sync");
     // No timer commit during the test, and data held in the kernel's page cache: only
     // `jext sync` can make the first writes durable.
-    let mut daemon = Command::new(JEXT)
-        .args(["mount", "-f", "-o", "commit=3600,writeback_cache"])
-        .arg(s.image())
-        .arg(s.mnt())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_mount(&s.mnt(), &mut daemon);
+    let daemon = foreground_daemon(&s, "commit=3600,writeback_cache");
     let synced: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     fs::write(s.mnt().join("synced"), &synced).unwrap();
     fs::create_dir(s.mnt().join("dir")).unwrap();
@@ -888,14 +884,8 @@ fn jext_sync_makes_unsynced_writes_durable() {
     jext(&["sync", s.mnt().to_str().unwrap()]);
     fs::write(s.mnt().join("unsynced"), b"lost with the daemon").unwrap();
 
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
-    let out = Command::new("umount").arg(s.mnt()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kill_daemon(daemon);
+    unmount_dead(&s);
     let image = s.image();
     let image = image.to_str().unwrap();
     let read_back = Command::new(JEXT)

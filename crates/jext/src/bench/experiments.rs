@@ -410,8 +410,6 @@ pub fn resident_bytes() -> io::Result<u64> {
         .ok_or_else(|| io::Error::other("no VmRSS in /proc/self/status"))
 }
 
-/// Runs `work` and returns its result with the device requests the system made meanwhile
-/// (where they can be counted): the one way every experiment counts requests.
 /// The tree `untar` unpacks (`/usr/include`, as directory and name): the system's C
 /// headers, thousands of small files in a deep tree, like a source tree.
 const UNTAR_SOURCE: (&str, &str) = ("/usr", "include");
@@ -604,7 +602,7 @@ pub fn varmail(sys: &Running, threads: usize, cycles: usize) -> io::Result<Measu
             std::fs::write(mailbox(&dir, t, i), pattern(MAIL_BYTES, i as u64))?;
         }
     }
-    run("sync", &["-f", path_str(&dir)?])?;
+    sys.sync_mount()?;
     let start_line = Barrier::new(threads + 1);
     let start = Instant::now();
     let ((), io) = counted(sys, || {
@@ -666,6 +664,8 @@ fn path_str(path: &Path) -> io::Result<&str> {
         .ok_or_else(|| io::Error::other(format!("{} is not UTF-8", path.display())))
 }
 
+/// Runs `work` and returns its result with the device requests the system made meanwhile
+/// (where they can be counted): the one way every experiment counts requests.
 fn counted<T>(
     sys: &Running,
     work: impl FnOnce() -> io::Result<T>,
@@ -711,11 +711,7 @@ mod tests {
             SqliteJournal::Delete,
             SqliteJournal::Persist,
         ] {
-            for phase in [
-                SqlitePhase::Insert,
-                SqlitePhase::Update,
-                SqlitePhase::Delete,
-            ] {
+            for phase in SqlitePhase::ALL {
                 let runs = SQLITE_PLAN.iter().filter(|p| **p == (journal, phase));
                 assert_eq!(runs.count(), 1, "{journal:?} {phase:?}");
             }

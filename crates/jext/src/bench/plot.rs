@@ -97,43 +97,41 @@ pub fn draw(
 
 /// Every system's latency quantiles per variant, all repetitions pooled.
 fn latency_panels(samples: &[Sample], experiment: Experiment) -> Vec<CdfPanel> {
-    let mut panels: Vec<CdfPanel> = Vec::new();
-    for s in samples.iter().filter(|s| s.experiment == experiment) {
-        let Ok(Measured::Latency { latencies_ns, .. }) = &s.outcome else {
-            continue;
-        };
-        let at = match panels.iter().position(|p| p.variant == s.variant) {
-            Some(at) => at,
-            None => {
-                panels.push(CdfPanel {
-                    variant: s.variant,
-                    lines: Vec::new(),
-                });
-                panels.len() - 1
+    report::variants_of(samples, experiment)
+        .into_iter()
+        .map(|variant| {
+            let mut pooled: Vec<(System, Vec<u64>)> = Vec::new();
+            for s in samples
+                .iter()
+                .filter(|s| s.experiment == experiment && s.variant == variant)
+            {
+                let Ok(Measured::Latency { latencies_ns, .. }) = &s.outcome else {
+                    continue;
+                };
+                match pooled.iter_mut().find(|(system, _)| *system == s.system) {
+                    Some((_, all)) => all.extend_from_slice(latencies_ns),
+                    None => pooled.push((s.system.clone(), latencies_ns.clone())),
+                }
             }
-        };
-        let lines = &mut panels[at].lines;
-        match lines.iter_mut().find(|(system, _)| *system == s.system) {
-            // Pooled as raw samples; turned into quantiles once all are in.
-            Some((_, pooled)) => pooled.extend(latencies_ns.iter().map(|&ns| ns as f64)),
-            None => lines.push((
-                s.system.clone(),
-                latencies_ns.iter().map(|&ns| ns as f64).collect(),
-            )),
-        }
-    }
-    for line in panels.iter_mut().flat_map(|p| p.lines.iter_mut()) {
-        let ns: Vec<u64> = line.1.iter().map(|&ns| ns as u64).collect();
-        line.1 = cdf_us(&ns, CDF_POINTS);
-    }
-    panels
+            let lines = pooled
+                .into_iter()
+                .map(|(system, ns)| (system, cdf_us(&ns, CDF_POINTS)))
+                .collect();
+            CdfPanel { variant, lines }
+        })
+        .filter(|panel| !panel.lines.is_empty())
+        .collect()
 }
 
-/// The pixel size of a grid of `panels` panels of `panel` pixels each (two columns).
+/// Rows and columns of a figure of `panels` panels: two columns, as many rows as needed.
+fn grid(panels: usize) -> (usize, usize) {
+    (panels.div_ceil(2).max(1), panels.clamp(1, 2))
+}
+
+/// The pixel size of a figure of `panels` panels of `panel` pixels each.
 fn grid_size(panels: usize, panel: (u32, u32)) -> (u32, u32) {
-    let columns = panels.clamp(1, 2) as u32;
-    let rows = panels.div_ceil(2).max(1) as u32;
-    (panel.0 * columns, panel.1 * rows)
+    let (rows, columns) = grid(panels);
+    (panel.0 * columns as u32, panel.1 * rows as u32)
 }
 
 /// Registers a sans-serif font with plotters once per process.
@@ -185,7 +183,7 @@ where
         Figure::Cdf { title, panels } => (title, panels.len()),
     };
     let body = root.titled(title, ("sans-serif", 26))?;
-    let cells = body.split_evenly((count.div_ceil(2).max(1), count.clamp(1, 2)));
+    let cells = body.split_evenly(grid(count));
     for (i, cell) in cells.iter().enumerate().take(count) {
         match figure {
             Figure::Ratio { metric, panels, .. } => {
@@ -197,6 +195,14 @@ where
     }
     root.present()?;
     Ok(())
+}
+
+/// A panel's caption: `text`, after the variant's label when the experiment has variants.
+fn captioned(variant: Variant, text: &str) -> String {
+    match variant.label() {
+        l if l.is_empty() => text.to_string(),
+        l => format!("{l}: {text}"),
+    }
 }
 
 /// A bar's colour says whose it is: jext blue, ext4 orange, the rest grey and green.
@@ -227,10 +233,7 @@ where
     } else {
         "lower is better"
     };
-    let caption = match variant.label() {
-        l if l.is_empty() => format!("× ext4 data=ordered ({better})"),
-        l => format!("{l}: × ext4 data=ordered ({better})"),
-    };
+    let caption = captioned(variant, &format!("× ext4 data=ordered ({better})"));
     // Row k (from the top) sits in segment n - 1 - k.
     let row = |k: usize| n - 1 - k as i32;
     let mut chart = ChartBuilder::on(area)
@@ -296,10 +299,7 @@ where
     if !low.is_finite() || high <= 0.0 {
         return Ok(());
     }
-    let caption = match panel.variant.label() {
-        l if l.is_empty() => "fraction of fsyncs done within x µs".to_string(),
-        l => format!("{l}: fraction of fsyncs done within x µs"),
-    };
+    let caption = captioned(panel.variant, "fraction of fsyncs done within x µs");
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 17))
         .margin(8)

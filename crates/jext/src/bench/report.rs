@@ -81,7 +81,7 @@ fn aggregate(samples: &[Sample], experiment: Experiment, variant: Variant) -> Ve
 }
 
 /// The variants of an experiment found in the samples, in the order they ran.
-fn variants_of(samples: &[Sample], experiment: Experiment) -> Vec<Variant> {
+pub fn variants_of(samples: &[Sample], experiment: Experiment) -> Vec<Variant> {
     let mut variants = Vec::new();
     for s in samples.iter().filter(|s| s.experiment == experiment) {
         if !variants.contains(&s.variant) {

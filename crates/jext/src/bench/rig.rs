@@ -167,9 +167,7 @@ impl Mount {
             unmount: Unmount::Jext(exe),
         })
     }
-}
 
-impl Mount {
     /// `sync -f POINT`, or for jext `jext sync POINT`: the kernel passes syncfs on to no
     /// FUSE daemon, and jext's answers the request on its control socket instead.
     pub fn sync(&self) -> io::Result<()> {
