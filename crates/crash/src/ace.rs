@@ -105,6 +105,16 @@ fn core_ops() -> Vec<Op> {
             path: s("/A/foo"),
             perm: 0o600,
         },
+        Op::SetAcl {
+            path: s("/A/foo"),
+            uid: 1000,
+            default: false,
+        },
+        Op::SetAcl {
+            path: s("/A"),
+            uid: 1000,
+            default: true,
+        },
     ]
 }
 

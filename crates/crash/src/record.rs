@@ -10,6 +10,7 @@
 use crate::snapshot::{read_node, Node};
 use crate::workload::{pattern, Falloc, Op, Workload};
 use jext_device::{CrashCapture, SimDevice, SimFault};
+use jext_fs::format::acl::{self, Acl, AclEntry};
 use jext_fs::{
     mkfs, DataMode, FallocateMode, Fs, FsError, FsResult, Ino, MkfsOptions, MountOptions,
     RenameFlags, SetAttr, XattrSetMode,
@@ -317,6 +318,20 @@ fn latest_promise(promises: &[Promise], point: usize, aspect: impl Fn(&Aspects) 
 }
 
 /// The parent directory's inode and the last name of `path`.
+/// `u::rw-,u:UID:r--,g::r--,m::r--,o::---`: an ACL no mode can say (a named user).
+fn read_for(uid: u32) -> Acl {
+    let entry = |tag, perm, id| AclEntry { tag, perm, id };
+    Acl {
+        entries: vec![
+            entry(acl::TAG_USER_OBJ, 6, 0),
+            entry(acl::TAG_USER, 4, uid),
+            entry(acl::TAG_GROUP_OBJ, 4, 0),
+            entry(acl::TAG_MASK, 4, 0),
+            entry(acl::TAG_OTHER, 0, 0),
+        ],
+    }
+}
+
 fn parent_and_name<'p>(fs: &Fs, path: &'p str) -> FsResult<(Ino, &'p [u8])> {
     let (dir, name) = path
         .rsplit_once('/')
@@ -399,6 +414,15 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
                 ..SetAttr::default()
             };
             fs.setattr(fs.resolve(path)?, &attr).map(drop)
+        }
+        Op::SetAcl { path, uid, default } => {
+            let name: &[u8] = if *default {
+                b"system.posix_acl_default"
+            } else {
+                b"system.posix_acl_access"
+            };
+            let value = read_for(*uid).to_xattr();
+            fs.setxattr(fs.resolve(path)?, name, &value, XattrSetMode::Either)
         }
         Op::Fsync(p) => fs.fsync(fs.resolve(p)?, false),
         Op::Fdatasync(p) => fs.fsync(fs.resolve(p)?, true),

@@ -67,6 +67,13 @@ pub enum Op {
         path: String,
         perm: u16,
     },
+    /// A POSIX ACL giving user `uid` read access: the access ACL (which also sets the
+    /// mode's group bits to the mask), or with `default` the directory's default ACL.
+    SetAcl {
+        path: String,
+        uid: u32,
+        default: bool,
+    },
     Fsync(String),
     Fdatasync(String),
     Sync,
@@ -93,7 +100,8 @@ impl Op {
             | Op::Fallocate { path: p, .. }
             | Op::Symlink { path: p, .. }
             | Op::SetXattr { path: p, .. }
-            | Op::Chmod { path: p, .. } => vec![p],
+            | Op::Chmod { path: p, .. }
+            | Op::SetAcl { path: p, .. } => vec![p],
             Op::Link { from, to } | Op::Rename { from, to } => vec![from, to],
             Op::Sync => vec![],
         }
@@ -128,6 +136,10 @@ impl fmt::Display for Op {
             Op::Symlink { target, path } => write!(f, "symlink {target} {path}"),
             Op::SetXattr { path, name, value } => write!(f, "setxattr {path} {name}={value}"),
             Op::Chmod { path, perm } => write!(f, "chmod {perm:o} {path}"),
+            Op::SetAcl { path, uid, default } => {
+                let d = if *default { "d:" } else { "" };
+                write!(f, "setfacl -m {d}u:{uid}:r {path}")
+            }
             Op::Fsync(p) => write!(f, "fsync {p}"),
             Op::Fdatasync(p) => write!(f, "fdatasync {p}"),
             Op::Sync => write!(f, "sync"),

@@ -4,7 +4,9 @@
 //! callers pass ordinary slices. FUA writes go through a descriptor opened with `O_DSYNC`,
 //! which the kernel turns into a FUA write (or write + flush where FUA is not supported).
 
-use crate::{check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp};
+use crate::{
+    check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp, OwnerLock, Ownership,
+};
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
@@ -20,10 +22,26 @@ pub struct BlockDevDevice {
     size_bytes: u64,
     sector_size: u32,
     counters: DeviceCounters,
+    /// Writable opens hold the device's owner lock.
+    owner: Ownership,
 }
 
 impl BlockDevDevice {
+    /// Opens the device; a writable open takes its owner lock (refused while another
+    /// process holds it).
     pub fn open(path: &Path, read_only: bool) -> Result<BlockDevDevice, DeviceError> {
+        let owner = (!read_only)
+            .then(|| OwnerLock::acquire(path, std::time::Duration::ZERO))
+            .transpose()?;
+        BlockDevDevice::open_owned(path, owner)
+    }
+
+    /// Opens the device with an owner lock already taken (`None`: read-only).
+    pub(crate) fn open_owned(
+        path: &Path,
+        owner: Option<OwnerLock>,
+    ) -> Result<BlockDevDevice, DeviceError> {
+        let read_only = owner.is_none();
         let open = |extra_flags: i32| {
             OpenOptions::new()
                 .read(true)
@@ -53,6 +71,7 @@ impl BlockDevDevice {
             size_bytes,
             sector_size,
             counters: DeviceCounters::default(),
+            owner: Ownership::new(owner),
         })
     }
 }
@@ -118,6 +137,7 @@ impl BlockDevice for BlockDevDevice {
 
     fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DeviceError> {
         check_range(self, DeviceOp::Write, offset, data.len())?;
+        self.owner.check_may_write(offset, data.len())?;
         let mut bounce = AlignedBuf::zeroed(data.len());
         bounce.as_mut_slice().copy_from_slice(data);
         let target = match (&self.dsync_file, fua) {
@@ -141,6 +161,14 @@ impl BlockDevice for BlockDevDevice {
 
     fn counters(&self) -> &DeviceCounters {
         &self.counters
+    }
+
+    fn release_owner(&self) {
+        self.owner.release();
+    }
+
+    fn writable(&self) -> bool {
+        self.owner.writable()
     }
 
     fn describe(&self) -> String {

@@ -1,7 +1,9 @@
 //! An image file as a device: pread/pwrite through the host page cache, flush by
 //! `fdatasync`, FUA by a second descriptor opened with `O_DSYNC`.
 
-use crate::{check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp};
+use crate::{
+    check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp, OwnerLock, Ownership,
+};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -17,10 +19,26 @@ pub struct FileDevice {
     dsync_file: Option<File>,
     size_bytes: u64,
     counters: DeviceCounters,
+    /// Writable opens hold the image's owner lock (`None` inside: read-only, or released).
+    owner: Ownership,
 }
 
 impl FileDevice {
+    /// Opens the image; a writable open takes its owner lock (refused while another
+    /// process holds it).
     pub fn open(path: &Path, read_only: bool) -> Result<FileDevice, DeviceError> {
+        let owner = (!read_only)
+            .then(|| OwnerLock::acquire(path, std::time::Duration::ZERO))
+            .transpose()?;
+        FileDevice::open_owned(path, owner)
+    }
+
+    /// Opens the image with an owner lock already taken (`None`: read-only).
+    pub(crate) fn open_owned(
+        path: &Path,
+        owner: Option<OwnerLock>,
+    ) -> Result<FileDevice, DeviceError> {
+        let read_only = owner.is_none();
         let open = |extra_flags: i32| {
             OpenOptions::new()
                 .read(true)
@@ -45,6 +63,7 @@ impl FileDevice {
             dsync_file,
             size_bytes,
             counters: DeviceCounters::default(),
+            owner: Ownership::new(owner),
         })
     }
 
@@ -78,6 +97,7 @@ impl BlockDevice for FileDevice {
 
     fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DeviceError> {
         check_range(self, DeviceOp::Write, offset, data.len())?;
+        self.owner.check_may_write(offset, data.len())?;
         let target = match (&self.dsync_file, fua) {
             (Some(dsync), true) => dsync,
             _ => &self.file,
@@ -99,6 +119,14 @@ impl BlockDevice for FileDevice {
 
     fn counters(&self) -> &DeviceCounters {
         &self.counters
+    }
+
+    fn release_owner(&self) {
+        self.owner.release();
+    }
+
+    fn writable(&self) -> bool {
+        self.owner.writable()
     }
 
     fn describe(&self) -> String {

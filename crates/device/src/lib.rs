@@ -26,6 +26,7 @@ mod counters;
 mod error;
 mod file;
 mod overlay;
+mod owner;
 mod sim;
 
 pub use blockdev::BlockDevDevice;
@@ -34,6 +35,7 @@ pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{DeviceError, DeviceOp};
 pub use file::FileDevice;
 pub use overlay::OverlayDevice;
+pub use owner::{holder as owner_of, Holder, OwnerLock};
 pub use sim::{SimDevice, SimFault, SparseImage};
 
 use std::path::Path;
@@ -57,17 +59,83 @@ pub trait BlockDevice: Send + Sync {
     fn counters(&self) -> &DeviceCounters;
     /// A short human description ("image file /tmp/a.img (64 MiB)").
     fn describe(&self) -> String;
+    /// Gives up the exclusive right to write this device (see [`OwnerLock`]) once the file
+    /// system on it is clean; later writes fail. Backends without an owner do nothing.
+    fn release_owner(&self) {}
+    /// Whether writes may reach this device: false for a read-only open, and once the
+    /// owner lock was released.
+    fn writable(&self) -> bool {
+        true
+    }
 }
 
 /// Opens `path` as a device: a block device node gets [`BlockDevDevice`], anything else is
-/// treated as an image file.
+/// treated as an image file. A writable open takes the image's [`OwnerLock`] and is refused
+/// while another process holds it.
 pub fn open_path(path: &Path, read_only: bool) -> Result<Arc<dyn BlockDevice>, DeviceError> {
+    open_path_waiting(path, read_only, std::time::Duration::ZERO)
+}
+
+/// [`open_path`], waiting up to `owner_wait` for another writer to let go of the image.
+pub fn open_path_waiting(
+    path: &Path,
+    read_only: bool,
+    owner_wait: std::time::Duration,
+) -> Result<Arc<dyn BlockDevice>, DeviceError> {
     use std::os::unix::fs::FileTypeExt;
     let meta = std::fs::metadata(path).map_err(|e| DeviceError::open(path, e))?;
+    let owner = (!read_only)
+        .then(|| OwnerLock::acquire(path, owner_wait))
+        .transpose()?;
     if meta.file_type().is_block_device() {
-        Ok(Arc::new(BlockDevDevice::open(path, read_only)?))
+        Ok(Arc::new(BlockDevDevice::open_owned(path, owner)?))
     } else {
-        Ok(Arc::new(FileDevice::open(path, read_only)?))
+        Ok(Arc::new(FileDevice::open_owned(path, owner)?))
+    }
+}
+
+/// What a backend may do with its device: read only, write as the owner, or nothing more
+/// once the owner let go.
+pub(crate) struct Ownership(parking_lot::Mutex<OwnerState>);
+
+enum OwnerState {
+    ReadOnly,
+    Owned(OwnerLock),
+    Released,
+}
+
+impl Ownership {
+    /// `None`: a read-only open.
+    pub(crate) fn new(lock: Option<OwnerLock>) -> Ownership {
+        Ownership(parking_lot::Mutex::new(match lock {
+            Some(lock) => OwnerState::Owned(lock),
+            None => OwnerState::ReadOnly,
+        }))
+    }
+
+    pub(crate) fn release(&self) {
+        let mut state = self.0.lock();
+        if let OwnerState::Owned(lock) = &mut *state {
+            lock.release();
+            *state = OwnerState::Released;
+        }
+    }
+
+    pub(crate) fn writable(&self) -> bool {
+        matches!(*self.0.lock(), OwnerState::Owned(_))
+    }
+
+    /// A write after the owner let go is a bug above: nothing may change an image whose
+    /// file system was declared clean.
+    pub(crate) fn check_may_write(&self, offset: u64, len: usize) -> Result<(), DeviceError> {
+        let why = match &*self.0.lock() {
+            OwnerState::Owned(_) => return Ok(()),
+            OwnerState::ReadOnly => "the device was opened read-only",
+            OwnerState::Released => {
+                "the device's owner lock was released (its file system is unmounted)"
+            }
+        };
+        Err(DeviceError::media(DeviceOp::Write, offset, len, why))
     }
 }
 

@@ -7,8 +7,10 @@
 //! Dropping the last `Fs` without [`Fs::unmount`] is a crash as far as the disk is
 //! concerned: what committed is recovered at the next mount, nothing more.
 
+use crate::acl::{self, AclKind};
 use crate::error::{FsError, FsResult};
 use crate::format::inode::flags as iflags;
+use crate::inode_guard;
 use crate::inodes::{inode_time, stat};
 use crate::mount::{self, MountReport};
 use crate::namei::{self, NewNode};
@@ -56,8 +58,12 @@ impl Fs {
         let (inner, report) = mount::mount(io, options)?;
         let policy = WritebackPolicy::default();
         let weak: Weak<dyn WritebackTarget> = Arc::downgrade(&inner) as Weak<dyn WritebackTarget>;
-        let thread = (!inner.options.read_only)
-            .then(|| WritebackThread::spawn(Duration::from_millis(policy.interval_ms), weak));
+        // Spawned on read-only mounts too, which a remount may make writable; its ticks do
+        // nothing while the file system is read-only.
+        let thread = Some(WritebackThread::spawn(
+            Duration::from_millis(policy.interval_ms),
+            weak,
+        ));
         let fs = Fs {
             mounted: Arc::new(Mounted {
                 inner,
@@ -91,6 +97,15 @@ impl Fs {
         Ok(self.inner().state.lock())
     }
 
+    /// `remount,ro` (`read_only`) or `remount,rw`: going read-only writes everything back,
+    /// commits, checkpoints and leaves the image clean, as an unmount would; going back
+    /// makes the image dirty (needs_recovery) again and lets changes start a new
+    /// transaction. A file system opened on a read-only device cannot become writable.
+    pub fn remount(&self, read_only: bool) -> FsResult<()> {
+        drop(self.lock()?);
+        mount::remount(self.inner(), read_only)
+    }
+
     /// Writes everything back, checkpoints, and marks the image clean. Later calls fail.
     pub fn unmount(&self) -> FsResult<()> {
         let mut unmounted = self.mounted.unmounted.lock();
@@ -108,11 +123,35 @@ impl Fs {
         ROOT_INO
     }
 
+    /// Bytes per block.
+    pub fn block_size(&self) -> u32 {
+        self.inner().geo.block_size
+    }
+
     /// What `stat` shows for inode `ino`.
     pub fn stat(&self, ino: Ino) -> FsResult<Stat> {
         let mut st = self.lock()?;
         crate::inodes::load(self.inner(), &mut st, ino)?;
         stat(self.inner(), ino, &st.inodes[&ino])
+    }
+
+    /// `stat` of an inode known only by its number (a file handle, an NFS client): ENOENT
+    /// unless it is in use, that is named somewhere or still open.
+    pub fn stat_live(&self, ino: Ino) -> FsResult<Stat> {
+        let gone = || FsError::NotFound(format!("inode {ino} is not in use"));
+        let inodes = self.inner().geo.inodes_count;
+        if ino < ROOT_INO || ino > inodes {
+            return Err(gone());
+        }
+        let mut st = self.lock()?;
+        if crate::inodes::load(self.inner(), &mut st, ino).is_err() {
+            return Err(gone());
+        }
+        let info = &st.inodes[&ino];
+        if info.raw.links_count() == 0 && info.open_count == 0 {
+            return Err(gone());
+        }
+        stat(self.inner(), ino, info)
     }
 
     /// Looks `name` up in directory `parent`.
@@ -148,6 +187,7 @@ impl Fs {
                 gid,
                 rdev: 0,
                 symlink_target: None,
+                umask: 0,
             },
         )
     }
@@ -164,6 +204,7 @@ impl Fs {
                 gid,
                 rdev: 0,
                 symlink_target: None,
+                umask: 0,
             },
         )
     }
@@ -175,6 +216,23 @@ impl Fs {
         name: &[u8],
         mode: u32,
         rdev: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Stat> {
+        self.make_node(parent, name, mode, rdev, 0, uid, gid)
+    }
+
+    /// Creates a node as a kernel request asks for one: `mode` with its type bits (not a
+    /// symlink), and `umask` cleared from the permissions unless the parent's default ACL
+    /// decides them (with a default ACL the new node inherits it instead, as ext4 does).
+    #[allow(clippy::too_many_arguments)]
+    pub fn make_node(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        umask: u32,
         uid: u32,
         gid: u32,
     ) -> FsResult<Stat> {
@@ -192,6 +250,7 @@ impl Fs {
                 gid,
                 rdev,
                 symlink_target: None,
+                umask: umask & 0o7777,
             },
         )
     }
@@ -215,6 +274,7 @@ impl Fs {
                 gid,
                 rdev: 0,
                 symlink_target: Some(target),
+                umask: 0,
             },
         )
     }
@@ -295,6 +355,7 @@ impl Fs {
         let mut st = self.lock()?;
         let fs = self.inner();
         crate::inodes::load(fs, &mut st, ino)?;
+        inode_guard::check_setattr(ino, st.inodes[&ino].raw.flags(), attr)?;
         if let Some(size) = attr.size {
             if st.inodes[&ino].size != size {
                 file::set_size(fs, &mut st, ino, size)?;
@@ -322,7 +383,7 @@ impl Fs {
             return Ok(());
         };
         info.open_count = info.open_count.saturating_sub(1);
-        if info.open_count == 0 && info.raw.links_count() == 0 && !self.inner().options.read_only {
+        if info.open_count == 0 && info.raw.links_count() == 0 && !self.inner().is_read_only() {
             crate::truncate::delete_inode(self.inner(), &mut st, ino)?;
         }
         Ok(())
@@ -335,7 +396,15 @@ impl Fs {
 
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
         let mut st = self.lock()?;
-        file::write(self.inner(), &mut st, ino, offset, data)
+        file::write(self.inner(), &mut st, ino, offset, data, true)
+    }
+
+    /// A write of pages a kernel cached earlier (FUSE's writeback cache): that kernel keeps
+    /// the file's mtime and ctime itself and sends them with a `setattr`, which may come
+    /// before these pages do, so the write changes data and size but not the times.
+    pub fn write_cached(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let mut st = self.lock()?;
+        file::write(self.inner(), &mut st, ino, offset, data, false)
     }
 
     /// `fsync` (`datasync`: `fdatasync`): returns once the file is durable.
@@ -362,7 +431,21 @@ impl Fs {
         let mut st = self.lock()?;
         crate::inodes::load(self.inner(), &mut st, ino)?;
         let raw = st.inodes[&ino].raw.clone();
-        xattr_ops::get(self.inner(), ino, &raw, name)
+        match self.acl_kind(name)? {
+            Some(kind) => acl::get_xattr(self.inner(), ino, &raw, kind),
+            None => xattr_ops::get(self.inner(), ino, &raw, name),
+        }
+    }
+
+    /// The ACL an xattr name stands for; EOPNOTSUPP for ACL names under `noacl`.
+    fn acl_kind(&self, name: &[u8]) -> FsResult<Option<AclKind>> {
+        let kind = AclKind::of_name(name);
+        if kind.is_some() && !self.inner().options.acl {
+            return Err(FsError::Unsupported(
+                "POSIX ACLs on a file system mounted with noacl".into(),
+            ));
+        }
+        Ok(kind)
     }
 
     pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
@@ -379,20 +462,27 @@ impl Fs {
         value: &[u8],
         mode: XattrSetMode,
     ) -> FsResult<()> {
+        let kind = self.acl_kind(name)?;
         let mut st = self.lock()?;
         let fs = self.inner();
         crate::inodes::load(fs, &mut st, ino)?;
+        inode_guard::check_xattr_change(ino, st.inodes[&ino].raw.flags())?;
         namei::ensure_space(fs, &mut st, 4, false)?;
         let mut tx = Tx::begin(fs, &mut st, 12)?;
-        let r =
-            xattr_ops::set(&mut tx, ino, name, value, mode).and_then(|_| touch_ctime(&mut tx, ino));
+        let r = match kind {
+            Some(kind) => acl::set_xattr(&mut tx, ino, kind, value, mode),
+            None => xattr_ops::set(&mut tx, ino, name, value, mode),
+        }
+        .and_then(|_| touch_ctime(&mut tx, ino));
         tx.end(r)
     }
 
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
+        self.acl_kind(name)?;
         let mut st = self.lock()?;
         let fs = self.inner();
         crate::inodes::load(fs, &mut st, ino)?;
+        inode_guard::check_xattr_change(ino, st.inodes[&ino].raw.flags())?;
         let mut tx = Tx::begin(fs, &mut st, 12)?;
         let r = xattr_ops::remove(&mut tx, ino, name).and_then(|_| touch_ctime(&mut tx, ino));
         tx.end(r)
@@ -421,7 +511,7 @@ impl Fs {
         {
             let mut st = self.lock()?;
             let fs = self.inner();
-            if !fs.options.read_only {
+            if !fs.is_read_only() {
                 let files: Vec<u32> = st.pages.dirty_files().into_iter().map(|(i, _)| i).collect();
                 let dirty: Vec<u32> = st
                     .inodes
@@ -529,12 +619,37 @@ fn touch_ctime(tx: &mut Tx, ino: u32) -> FsResult<()> {
     tx.write_inode(ino)
 }
 
+/// What ext4's `FS_IOC_SETFLAGS` refuses (EOPNOTSUPP): a flag this kind of inode cannot
+/// carry (`ext4_mask_flags`), or DAX with data journaling (`EXT4_DAX_MUT_EXCL`). DAX itself
+/// is kept, as Linux ext4 keeps it on a device without DAX (it takes effect nowhere).
+fn check_flags_fit(ino: u32, mode: u32, flags: u32) -> FsResult<()> {
+    let allowed = match mode & 0o170000 {
+        0o040000 => u32::MAX,
+        0o100000 => iflags::REGULAR_FILE_MASK,
+        _ => iflags::OTHER_MASK,
+    };
+    let both = iflags::DAX | iflags::JOURNAL_DATA;
+    // The extents flag describes the inode's block map, whatever its kind.
+    if flags & !allowed & !iflags::EXTENTS != 0 || flags & both == both {
+        return Err(FsError::Unsupported(format!(
+            "inode {ino} cannot carry flags {:#x}",
+            flags & (!allowed | both)
+        )));
+    }
+    Ok(())
+}
+
 fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
+    if let Some(perm) = attr.perm {
+        let raw = &mut tx.inode(ino)?.raw;
+        let mode = (raw.mode() & 0o170000) | (perm & 0o7777);
+        raw.set_mode(mode);
+        if tx.fs.options.acl {
+            acl::follow_chmod(tx, ino, u32::from(mode))?;
+        }
+    }
     let info = tx.inode(ino)?;
     let raw = &mut info.raw;
-    if let Some(perm) = attr.perm {
-        raw.set_mode((raw.mode() & 0o170000) | (perm & 0o7777));
-    }
     if let Some(uid) = attr.uid {
         raw.set_uid(uid);
     }
@@ -551,8 +666,10 @@ fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
         raw.set_crtime(inode_time(t));
     }
     if let Some(f) = attr.flags {
+        let wanted = f & iflags::USER_MODIFIABLE;
+        check_flags_fit(ino, u32::from(raw.mode()), wanted)?;
         let keep = raw.flags() & !iflags::USER_MODIFIABLE;
-        raw.set_flags(keep | (f & iflags::USER_MODIFIABLE));
+        raw.set_flags(keep | wanted);
     }
     raw.set_ctime(inode_time(
         attr.ctime.unwrap_or_else(crate::types::Timestamp::now),
@@ -563,7 +680,7 @@ fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
 impl WritebackTarget for FsInner {
     fn writeback_tick(&self) {
         let mut st = self.state.lock();
-        if st.error.is_some() || self.journal.aborted().is_some() {
+        if st.error.is_some() || self.journal.aborted().is_some() || self.is_read_only() {
             return;
         }
         if let Err(err) = writeback_due(self, &mut st) {

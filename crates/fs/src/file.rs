@@ -126,16 +126,20 @@ fn page_data(fs: &FsInner, st: &mut FsState, ino: u32, index: u64) -> FsResult<A
     Ok(first.expect("at least one page was read"))
 }
 
-/// Writes `data` at `offset`; returns the bytes written.
+/// Writes `data` at `offset`; returns the bytes written. `touch_times`: the write moves
+/// mtime and ctime to now (not when the caller keeps the times itself).
 pub(crate) fn write(
     fs: &FsInner,
     st: &mut FsState,
     ino: u32,
     offset: u64,
     data: &[u8],
+    touch_times: bool,
 ) -> FsResult<usize> {
     crate::tx::check_writable(fs, st)?;
     load_regular(fs, st, ino)?;
+    let info = &st.inodes[&ino];
+    crate::inode_guard::check_write(ino, info.raw.flags(), offset, info.size)?;
     if data.is_empty() {
         return Ok(0);
     }
@@ -163,11 +167,13 @@ pub(crate) fn write(
         });
         pos += n as u64;
     }
-    let t = inode_time(Timestamp::now());
     let info = st.inodes.get_mut(&ino).expect("loaded");
     info.size = info.size.max(end);
-    info.raw.set_mtime(t);
-    info.raw.set_ctime(t);
+    if touch_times {
+        let t = inode_time(Timestamp::now());
+        info.raw.set_mtime(t);
+        info.raw.set_ctime(t);
+    }
     info.dirty = true;
     balance_dirty(fs, st, ino)?;
     Ok(data.len())
@@ -528,7 +534,7 @@ pub(crate) fn prepare_sync(
     datasync: bool,
 ) -> FsResult<(Option<Tid>, bool)> {
     crate::inodes::load(fs, st, ino)?;
-    if !fs.options.read_only {
+    if !fs.is_read_only() {
         writeback(fs, st, ino, !datasync)?;
     }
     let committed = fs.journal.committed_tid();
@@ -623,6 +629,7 @@ pub(crate) fn fallocate(
 ) -> FsResult<()> {
     load_regular(fs, st, ino)?;
     crate::tx::check_writable(fs, st)?;
+    crate::inode_guard::check_fallocate(ino, st.inodes[&ino].raw.flags(), !mode.punch_hole)?;
     let bs = u64::from(fs.geo.block_size);
     let end = offset
         .checked_add(len)

@@ -8,6 +8,7 @@
 //! - `tx`, `state`, `mount`, `api`: transactions, shared state, mounting, and the public
 //!   [`Fs`] API.
 
+mod acl;
 mod alloc;
 mod api;
 mod blockmap;
@@ -20,6 +21,7 @@ pub mod format;
 pub mod fsck;
 pub mod geometry;
 mod groups;
+mod inode_guard;
 mod inodes;
 pub mod meta;
 pub mod mkfs;

@@ -27,6 +27,7 @@ use jext_journal::{
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The journal inode's number when the superblock does not say otherwise.
@@ -219,15 +220,15 @@ pub(crate) fn mount(
     let journal_config = JournalConfig {
         commit_interval_ms: options.commit_interval_ms,
         barrier: options.barrier,
-        features: if options.read_only {
-            LogFeatures::default()
-        } else {
-            LogFeatures {
-                csum_v3: sb.has_metadata_csum(),
-                wide_blocks: sb.has_incompat(features::INCOMPAT_64BIT),
-                fast_commit: sb.has_compat(features::COMPAT_FAST_COMMIT),
-            }
+        // Turned on in memory always, so a remount to rw logs in the right format; written
+        // to the journal superblock at load only by a writable mount (a read-only one
+        // writes them with its first commit after a remount).
+        features: LogFeatures {
+            csum_v3: sb.has_metadata_csum(),
+            wide_blocks: sb.has_incompat(features::INCOMPAT_64BIT),
+            fast_commit: sb.has_compat(features::COMPAT_FAST_COMMIT),
         },
+        read_only: options.read_only,
         ..JournalConfig::default()
     };
     let journal = Arc::new(Journal::load(io.clone(), area, journal_config)?);
@@ -250,6 +251,7 @@ pub(crate) fn mount(
         hash_seed: sb.hash_seed(),
         dir_index: sb.has_compat(features::COMPAT_DIR_INDEX),
         filetype: sb.has_incompat(features::INCOMPAT_FILETYPE),
+        read_only: AtomicBool::new(options.read_only),
         geo,
         io,
         cache,
@@ -269,7 +271,7 @@ pub(crate) fn mount(
         let mut st = inner.state.lock();
         st.alloc = AllocState::load(&inner)?;
         st.orphans = read_orphan_list(&inner, &mut st)?;
-        if inner.options.read_only {
+        if inner.is_read_only() {
             0
         } else {
             finish_orphans(&inner, &mut st)?
@@ -334,37 +336,88 @@ fn finish_orphans(fs: &FsInner, st: &mut FsState) -> FsResult<usize> {
 }
 
 /// Writes everything back, empties the journal, and marks the file system clean.
+/// The image is then as `umount` leaves it, and the device's owner lock is released.
 pub(crate) fn unmount(fs: &FsInner) -> FsResult<()> {
-    let mut st = fs.state.lock();
-    if fs.options.read_only {
-        drop(st);
-        return Ok(fs.journal.shutdown()?);
-    }
-    if st.error.is_none() {
-        let dirty: Vec<u32> = st
-            .inodes
-            .iter()
-            .filter(|(_, i)| i.dirty)
-            .map(|(ino, _)| *ino)
-            .collect();
-        let with_pages: Vec<u32> = st
-            .pages
-            .dirty_files()
-            .into_iter()
-            .map(|(ino, _)| ino)
-            .collect();
-        for ino in with_pages.into_iter().chain(dirty) {
-            crate::file::writeback(fs, &mut st, ino, true)?;
+    if fs.is_read_only() {
+        fs.journal.shutdown()?;
+    } else {
+        let error = write_back_everything(fs, &mut fs.state.lock())?;
+        fs.journal.shutdown()?;
+        if let Some(why) = error {
+            return Err(FsError::ReadOnly(format!(
+                "unmounted after an error; the journal keeps what committed ({why})"
+            )));
         }
+        mark_clean(fs)?;
     }
-    let error = st.error.clone();
-    drop(st);
-    fs.journal.shutdown()?;
-    if let Some(why) = error {
+    fs.io.device().release_owner();
+    Ok(())
+}
+
+/// Stops changes and makes the image clean (`remount,ro`), or lets changes start again
+/// (`remount,rw`), the file system staying mounted.
+pub(crate) fn remount(fs: &FsInner, read_only: bool) -> FsResult<()> {
+    if read_only == fs.is_read_only() {
+        return Ok(());
+    }
+    if read_only {
+        {
+            let mut st = fs.state.lock();
+            if let Some(why) = write_back_everything(fs, &mut st)? {
+                return Err(FsError::ReadOnly(format!(
+                    "an earlier error stopped writes ({why}); unmount to keep what committed"
+                )));
+            }
+            // Still under the lock that every change takes: nothing written after the
+            // write-back can slip in before changes are refused.
+            fs.read_only.store(true, Ordering::Release);
+        }
+        fs.journal.empty_log()?;
+        return mark_clean(fs);
+    }
+    if !fs.io.device().writable() {
         return Err(FsError::ReadOnly(format!(
-            "unmounted after an error; the journal keeps what committed ({why})"
+            "{} was opened read-only; unmount and mount it read-write",
+            fs.io.device().describe()
         )));
     }
+    let mut st = fs.state.lock();
+    check_features(&st.sb, false)?;
+    let sb = &mut st.sb;
+    sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
+    sb.set_state(sb.state() & !STATE_CLEAN);
+    sb.set_mtime(now_seconds());
+    write_superblock(&fs.io, sb)?;
+    fs.read_only.store(false, Ordering::Release);
+    Ok(())
+}
+
+/// Writes back every dirty page and inode into the journal; returns the error that
+/// stopped writes earlier, if one did (then nothing was written back).
+fn write_back_everything(fs: &FsInner, st: &mut FsState) -> FsResult<Option<String>> {
+    if let Some(why) = &st.error {
+        return Ok(Some(why.clone()));
+    }
+    let dirty: Vec<u32> = st
+        .inodes
+        .iter()
+        .filter(|(_, i)| i.dirty)
+        .map(|(ino, _)| *ino)
+        .collect();
+    let with_pages: Vec<u32> = st
+        .pages
+        .dirty_files()
+        .into_iter()
+        .map(|(ino, _)| ino)
+        .collect();
+    for ino in with_pages.into_iter().chain(dirty) {
+        crate::file::writeback(fs, st, ino, true)?;
+    }
+    Ok(None)
+}
+
+/// Writes the superblock that says clean, with exact free counts (the journal is empty).
+fn mark_clean(fs: &FsInner) -> FsResult<()> {
     let mut st = fs.state.lock();
     let (free_blocks, free_inodes) = (st.alloc.free_blocks, st.alloc.free_inodes);
     let sb = &mut st.sb;

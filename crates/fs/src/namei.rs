@@ -6,9 +6,12 @@
 //! after, never between. Link counts follow ext4's `dir_nlink` rule: a directory with too
 //! many subdirectories for its 16-bit count gets a count of 1, meaning "many".
 
+use crate::acl::{self, AclKind};
 use crate::dir;
 use crate::error::{FsError, FsResult};
+use crate::format::acl::Acl;
 use crate::format::inode::{flags, Inode};
+use crate::inode_guard;
 use crate::inodes::{inode_time, new_record, set_device_number};
 use crate::state::{FsInner, FsState, InodeInfo};
 use crate::truncate::delete_inode;
@@ -31,6 +34,14 @@ pub(crate) struct NewNode<'a> {
     pub gid: u32,
     pub rdev: u32,
     pub symlink_target: Option<&'a [u8]>,
+    /// Permission bits to clear, unless the parent's default ACL decides them.
+    pub umask: u32,
+}
+
+/// A new inode's ACLs, inherited from its parent's default ACL.
+struct NewAcls {
+    access: Option<Acl>,
+    default: Option<Acl>,
 }
 
 fn name_str(name: &[u8]) -> String {
@@ -127,6 +138,7 @@ pub(crate) fn create(
 ) -> FsResult<u32> {
     dir::check_name(name)?;
     let parent_raw = load_dir(fs, st, parent)?;
+    inode_guard::check_dir_add(parent, parent_raw.flags())?;
     if dir::lookup(fs, parent, &parent_raw, name)?.is_some() {
         return Err(FsError::Exists(name_str(name)));
     }
@@ -145,7 +157,20 @@ pub(crate) fn create(
         return Err(FsError::TooManyLinks(format!("directory {parent}")));
     }
     ensure_space(fs, st, 16, true)?;
-    let mut mode = node.mode;
+    let (mut mode, acls) = if fs.options.acl {
+        let inherited = acl::inherit(fs, parent, &parent_raw, node.mode, node.umask)?;
+        let acls = NewAcls {
+            access: inherited.access,
+            default: inherited.default,
+        };
+        (inherited.mode, acls)
+    } else {
+        let acls = NewAcls {
+            access: None,
+            default: None,
+        };
+        (node.mode & !node.umask, acls)
+    };
     let mut gid = node.gid;
     if u32::from(parent_raw.mode()) & S_ISGID != 0 {
         gid = parent_raw.gid();
@@ -154,7 +179,14 @@ pub(crate) fn create(
         }
     }
     let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
-    let r = create_in(&mut tx, parent, name, kind, NewNode { mode, gid, ..node });
+    let r = create_in(
+        &mut tx,
+        parent,
+        name,
+        kind,
+        NewNode { mode, gid, ..node },
+        &acls,
+    );
     tx.end(r)
 }
 
@@ -170,6 +202,7 @@ fn create_in(
     name: &[u8],
     kind: FileKind,
     node: NewNode,
+    acls: &NewAcls,
 ) -> FsResult<u32> {
     let is_dir = kind == FileKind::Directory;
     let ino = alloc::alloc_inode(tx, parent, is_dir)?;
@@ -199,6 +232,8 @@ fn create_in(
         FileKind::Regular | FileKind::Fifo | FileKind::Socket => {}
     }
     tx.write_inode(ino)?;
+    acl::write(tx, ino, AclKind::Access, acls.access.as_ref())?;
+    acl::write(tx, ino, AclKind::Default, acls.default.as_ref())?;
     let file_type = if tx.fs.filetype {
         kind.dirent_type()
     } else {
@@ -271,6 +306,7 @@ pub(crate) fn link(
 ) -> FsResult<()> {
     dir::check_name(name)?;
     let parent_raw = load_dir(fs, st, parent)?;
+    inode_guard::check_dir_add(parent, parent_raw.flags())?;
     crate::inodes::load(fs, st, ino)?;
     let info = &st.inodes[&ino];
     if info.is_dir() {
@@ -278,6 +314,7 @@ pub(crate) fn link(
             "hard link to directory {ino}"
         )));
     }
+    inode_guard::check_unlink_or_link(ino, info.raw.flags())?;
     if info.raw.links_count() >= LINK_MAX {
         return Err(FsError::TooManyLinks(format!("inode {ino}")));
     }
@@ -328,6 +365,8 @@ pub(crate) fn unlink(
     let target = found.ino;
     crate::inodes::load(fs, st, target)?;
     let target_raw = st.inodes[&target].raw.clone();
+    inode_guard::check_dir_remove(parent, parent_raw.flags())?;
+    inode_guard::check_unlink_or_link(target, target_raw.flags())?;
     let is_dir = st.inodes[&target].is_dir();
     if rmdir && !is_dir {
         return Err(FsError::NotDir(name_str(name)));
@@ -447,10 +486,15 @@ pub(crate) fn rename(
         return Ok(());
     }
     crate::inodes::load(fs, st, src.ino)?;
+    inode_guard::check_dir_remove(src_parent, sp_raw.flags())?;
+    inode_guard::check_unlink_or_link(src.ino, st.inodes[&src.ino].raw.flags())?;
+    inode_guard::check_dir_add(dst_parent, dp_raw.flags())?;
     let src_is_dir = st.inodes[&src.ino].is_dir();
     let dst_is_dir = match dst {
         Some(d) => {
             crate::inodes::load(fs, st, d.ino)?;
+            inode_guard::check_dir_remove(dst_parent, dp_raw.flags())?;
+            inode_guard::check_unlink_or_link(d.ino, st.inodes[&d.ino].raw.flags())?;
             st.inodes[&d.ino].is_dir()
         }
         None => false,

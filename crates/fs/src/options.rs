@@ -64,6 +64,9 @@ pub struct MountOptions {
     pub cache_size_bytes: usize,
     /// ext4 `barrier` / `nobarrier`.
     pub barrier: bool,
+    /// ext4 `acl` (the default) / `noacl`: POSIX ACLs are kept, inherited and in step with
+    /// the mode; with `noacl` their xattr names are refused (EOPNOTSUPP).
+    pub acl: bool,
 }
 
 impl Default for MountOptions {
@@ -75,6 +78,7 @@ impl Default for MountOptions {
             errors: ErrorBehavior::RemountReadOnly,
             cache_size_bytes: 256 << 20,
             barrier: true,
+            acl: true,
         }
     }
 }
@@ -151,6 +155,10 @@ impl MountOptions {
             "nobarrier" => {
                 no_value()?;
                 self.barrier = false;
+            }
+            "acl" | "noacl" => {
+                no_value()?;
+                self.acl = name == "acl";
             }
             "cache_size" => self.cache_size_bytes = parse_size(name, need_value()?)?,
             other => return Err(FsError::Invalid(format!("unknown mount option {other:?}"))),

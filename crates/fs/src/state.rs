@@ -16,6 +16,7 @@ use jext_io::IoQueue;
 use jext_journal::{Journal, Tid};
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Facts fixed at mount.
@@ -36,7 +37,15 @@ pub(crate) struct FsInner {
     pub dir_index: bool,
     /// Directory entries carry the file type (`filetype` feature).
     pub filetype: bool,
+    /// Changes are refused (`ro`, or a remount to `ro`); starts as `options.read_only`.
+    pub read_only: AtomicBool,
     pub state: Mutex<FsState>,
+}
+
+impl FsInner {
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Acquire)
+    }
 }
 
 /// Everything operations change.

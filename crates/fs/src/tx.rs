@@ -142,7 +142,7 @@ impl<'a> Tx<'a> {
 
 /// Fails if the file system must not change.
 pub(crate) fn check_writable(fs: &FsInner, st: &FsState) -> FsResult<()> {
-    if fs.options.read_only {
+    if fs.is_read_only() {
         return Err(FsError::ReadOnly("mounted read-only".into()));
     }
     if let Some(why) = &st.error {

@@ -172,6 +172,10 @@ pub struct SetAttr {
     pub ctime: Option<Timestamp>,
     pub crtime: Option<Timestamp>,
     pub flags: Option<u32>,
+    /// `atime`/`mtime` are "now" because the caller asked for the current time
+    /// (`utimes(NULL)`, `UTIME_NOW`, `touch`), not for a time of its choice: an append-only
+    /// file allows the first and refuses the second, as ext4 does.
+    pub times_to_now: bool,
 }
 
 /// One entry returned by `readdir`.

@@ -82,6 +82,13 @@ fn same(a: &XattrEntry, b: &XattrEntry) -> bool {
     a.name_index == b.name_index && a.name == b.name
 }
 
+/// Whether the inode may have attributes at all (a quick test before a lookup: an inode
+/// with neither an xattr block nor the in-inode area's magic has none).
+pub(crate) fn may_have_any(raw: &Inode) -> bool {
+    let area = raw.xattr_area();
+    raw.file_acl() != 0 || area.get(..4) == Some(&xattr::XATTR_MAGIC.to_le_bytes()[..])
+}
+
 /// Full names of every attribute.
 pub(crate) fn list(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<Vec<Vec<u8>>> {
     let attrs = read_all(fs, ino, raw)?;

@@ -1,56 +1,32 @@
-//! jext's FUSE front end: mounts a jext file system with fuser's pure-Rust mount (the
-//! `mount(2)` system call as root, no libfuse), dispatching requests on several threads.
+//! jext's FUSE front end: mounts a jext file system as `fuseblk` (see `kernel_mount`) and
+//! serves it with fuser (a patched copy, `vendor/fuser`), dispatching requests on several
+//! threads.
 //!
 //! Promises: the session ends with a clean unmount of the library (checkpoint, clear
-//! needs_recovery) whether it ended by `umount`, `fusermount3 -u` or `Mounted::unmount`;
-//! never uses AutoUnmount (a dead daemon's mount stays until unmounted explicitly, as the
+//! needs_recovery, owner lock released) whether it ended by `umount`, `jext umount` or
+//! `Mounted::unmount`; on a `fuseblk` mount that happens before `umount` returns. Never
+//! uses AutoUnmount (a dead daemon's mount stays until unmounted explicitly, as the
 //! machine's rules require). Must never mount over a mount point it cannot stat.
 
+mod kernel_mount;
+mod loop_device;
 mod ops;
 pub mod options;
 
+pub use kernel_mount::{remount, unmount, KernelMount, MountKind, MountRequest};
 pub use ops::JextFuse;
 pub use options::FuseOptions;
 
-use fuser::{Config, MountOption, SessionACL};
+use fuser::{Config, SessionACL};
 use jext_fs::Fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Request threads: enough to overlap an fsync that waits for a commit with other work.
 const REQUEST_THREADS: usize = 4;
 
-fn config(image: &Path, opts: &FuseOptions) -> Config {
-    let mut mount_options = vec![
-        MountOption::FSName(image.display().to_string()),
-        MountOption::Subtype("jext".into()),
-    ];
-    if opts.default_permissions {
-        mount_options.push(MountOption::DefaultPermissions);
-    }
-    mount_options.push(if opts.fs.read_only {
-        MountOption::RO
-    } else {
-        MountOption::RW
-    });
-    for flag in &opts.vfs_flags {
-        mount_options.push(match *flag {
-            "nosuid" => MountOption::NoSuid,
-            "suid" => MountOption::Suid,
-            "nodev" => MountOption::NoDev,
-            "dev" => MountOption::Dev,
-            "noexec" => MountOption::NoExec,
-            "exec" => MountOption::Exec,
-            "noatime" => MountOption::NoAtime,
-            "atime" => MountOption::Atime,
-            "sync" => MountOption::Sync,
-            "async" => MountOption::Async,
-            "dirsync" => MountOption::DirSync,
-            other => MountOption::CUSTOM(other.to_string()),
-        });
-    }
+fn config(opts: &FuseOptions) -> Config {
     let mut config = Config::default();
-    config.mount_options = mount_options;
     config.acl = if opts.allow_other {
         SessionACL::All
     } else {
@@ -61,27 +37,42 @@ fn config(image: &Path, opts: &FuseOptions) -> Config {
     config
 }
 
+/// What the mount request asks of the kernel, from the `-o` options.
+pub fn mount_request(opts: &FuseOptions, block_size: u32) -> MountRequest {
+    MountRequest {
+        read_only: opts.fs.read_only,
+        allow_other: opts.allow_other,
+        default_permissions: opts.default_permissions,
+        vfs_flags: opts.vfs_flags.clone(),
+        block_size,
+    }
+}
+
 /// A live mount. `run` serves it until it is unmounted.
 pub struct Mounted {
     session: fuser::Session<JextFuse>,
+    kernel: KernelMount,
 }
 
 /// Unmounts a `Mounted` from another thread (a signal watcher).
-pub struct Unmounter(fuser::SessionUnmounter);
+pub struct Unmounter(PathBuf);
 
 impl Unmounter {
     pub fn unmount(&mut self) -> io::Result<()> {
-        self.0.unmount()
+        unmount(&self.0)
     }
 }
 
 impl Mounted {
-    /// Mounts `fs` (already opened from `image`) at `mountpoint`.
+    /// Mounts `fs` (already opened from `image`) at `mountpoint`. `on_destroy` runs when
+    /// the kernel ends the connection, after the library's clean unmount and before
+    /// `umount` returns (on `fuseblk`): the place to remove what names this daemon.
     pub fn mount(
         fs: Fs,
         image: &Path,
         mountpoint: &Path,
         opts: &FuseOptions,
+        on_destroy: Box<dyn FnOnce() + Send>,
     ) -> io::Result<Mounted> {
         std::fs::metadata(mountpoint).map_err(|e| {
             io::Error::new(
@@ -89,16 +80,29 @@ impl Mounted {
                 format!("mount point {}: {e}", mountpoint.display()),
             )
         })?;
-        let session = fuser::Session::new(
-            JextFuse::new(fs, opts.writeback_cache),
-            mountpoint,
-            &config(image, opts),
-        )?;
-        Ok(Mounted { session })
+        let request = mount_request(opts, fs.block_size());
+        let (fuse, kernel) = KernelMount::mount(image, mountpoint, &request)?;
+        let config = config(opts);
+        let acl = config.acl;
+        let served = JextFuse::new(fs, opts.writeback_cache, on_destroy);
+        let notifier = served.notifier_slot();
+        let session = match fuser::Session::from_fd(served, fuse, acl, config) {
+            Ok(session) => session,
+            Err(e) => {
+                let _ = unmount(mountpoint);
+                return Err(e);
+            }
+        };
+        let _ = notifier.set(session.notifier());
+        Ok(Mounted { session, kernel })
     }
 
-    pub fn unmounter(&mut self) -> Unmounter {
-        Unmounter(self.session.unmount_callable())
+    pub fn kernel_mount(&self) -> &KernelMount {
+        &self.kernel
+    }
+
+    pub fn unmounter(&self) -> Unmounter {
+        Unmounter(self.kernel.mountpoint().to_path_buf())
     }
 
     /// Serves requests until the file system is unmounted; the library is unmounted

@@ -1,17 +1,26 @@
-//! The FUSE operations, each a thin translation to one library call: FUSE inode numbers
-//! to ext4's (FUSE's root is 1, ext4's is 2), requests' uid and gid to new files' owners,
-//! library errors to errno values.
+//! The FUSE operations, each a thin translation to one library call: FUSE node ids to
+//! ext4 inode numbers (FUSE's root node is 1, ext4's root inode 2, which is what `stat`
+//! shows), requests' uid, gid and umask to new files' owners and modes, library errors to
+//! errno values.
+//!
+//! The connection is set up as the kernel's own file systems behave: DESTROY is answered
+//! only after the library's clean unmount (a `fuseblk` `umount` waits for it), SYNCFS
+//! commits, POSIX ACLs are the kernel's to enforce (`FUSE_POSIX_ACL`; the library keeps
+//! them and the mode in step), and inode numbers stay valid handles (`FUSE_EXPORT_SUPPORT`:
+//! `open_by_handle_at` and NFS look inodes up by number with "." and "..").
 //!
 //! Promises: every reply carries what the library returned, no more (attributes are cached
-//! by the kernel for `ATTR_TTL` only, and only this mount changes the image). Must never
-//! panic on a request: a bad argument is an errno. Holds no per-open state except the open
-//! count the library keeps, so that an unlinked file lives until its last release.
+//! by the kernel for `ATTR_TTL` only, and only this mount changes the image; a change the
+//! kernel cannot see, `chattr`, invalidates them). Must never panic on a request: a bad
+//! argument is an errno. Holds no per-open state except the open count the library keeps,
+//! so that an unlinked file lives until its last release.
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags as FuseRenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags as FuseRenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use jext_fs::{
     FallocateMode, FileKind, Fs, FsError, Ino, RenameFlags, SetAttr, Stat, Timestamp, XattrSetMode,
@@ -20,6 +29,7 @@ use jext_fs::{
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 /// How long the kernel may trust an attribute or a name without asking again.
@@ -35,13 +45,15 @@ const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 
 /// ext4 inode flags and the `FS_XFLAG_*` bits that mirror them (as ext4's
-/// `ext4_iflags_to_xflags`): sync, immutable, append, nodump, noatime.
-const FLAG_TO_XFLAG: [(u32, u32); 5] = [
+/// `ext4_iflags_to_xflags`): sync, immutable, append, nodump, noatime, dax, projinherit.
+const FLAG_TO_XFLAG: [(u32, u32); 7] = [
     (0x8, 0x20),
     (0x10, 0x8),
     (0x20, 0x10),
     (0x40, 0x80),
     (0x80, 0x40),
+    (0x0200_0000, 0x8000),
+    (0x2000_0000, 0x200),
 ];
 
 fn xflags_of(flags: u32) -> u32 {
@@ -59,10 +71,17 @@ fn flags_with_xflags(flags: u32, xflags: u32) -> u32 {
     )
 }
 
+/// What runs once the connection ends (see [`JextFuse::new`]).
+type OnDestroy = Box<dyn FnOnce() + Send>;
+
 /// The library behind a mount.
 pub struct JextFuse {
     pub(crate) fs: Fs,
     pub(crate) writeback_cache: bool,
+    on_destroy: Mutex<Option<OnDestroy>>,
+    /// How to tell the kernel that attributes it cached changed; set once the session
+    /// exists (after the handshake).
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 fn to_ext4(ino: INodeNo) -> Result<Ino, Errno> {
@@ -92,7 +111,17 @@ fn kind(k: FileKind) -> FileType {
     }
 }
 
+/// What an attribute reply says: `stat`'s inode number is ext4's, the root's included.
 fn attr(s: &Stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(u64::from(s.ino)),
+        ..entry_attr(s)
+    }
+}
+
+/// What an entry reply says: fuser makes the node id of an entry from its attributes'
+/// inode number, so the root must be 1 there.
+fn entry_attr(s: &Stat) -> FileAttr {
     FileAttr {
         ino: to_fuse(s.ino),
         size: s.size,
@@ -119,10 +148,18 @@ fn time(t: TimeOrNow) -> Timestamp {
     }
 }
 
+fn is_now(t: Option<TimeOrNow>) -> bool {
+    matches!(t, Some(TimeOrNow::Now))
+}
+
 /// Runs a library call whose answer is an inode's attributes, as an entry.
 fn entry(reply: ReplyEntry, result: Result<Stat, Errno>) {
     match result {
-        Ok(s) => reply.entry(&ATTR_TTL, &attr(&s), Generation(u64::from(s.generation))),
+        Ok(s) => reply.entry(
+            &ATTR_TTL,
+            &entry_attr(&s),
+            Generation(u64::from(s.generation)),
+        ),
         Err(e) => reply.error(e),
     }
 }
@@ -145,15 +182,50 @@ fn xattr_reply(reply: ReplyXattr, size: u32, bytes: Vec<u8>) {
 }
 
 impl JextFuse {
-    pub fn new(fs: Fs, writeback_cache: bool) -> JextFuse {
+    /// Serves `fs`; `on_destroy` runs once, after the library's clean unmount, when the
+    /// kernel ends the connection.
+    pub fn new(fs: Fs, writeback_cache: bool, on_destroy: OnDestroy) -> JextFuse {
         JextFuse {
             fs,
             writeback_cache,
+            on_destroy: Mutex::new(Some(on_destroy)),
+            notifier: Arc::new(OnceLock::new()),
         }
     }
 
-    /// The owner a new inode gets: the caller's uid, and the caller's gid unless the
-    /// directory is setgid (the library applies that rule).
+    /// Where the session's notifier goes once the session exists.
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.notifier.clone()
+    }
+
+    /// The library's clean unmount, then `on_destroy`; a second call does nothing.
+    fn finish(&self) {
+        let on_destroy = self
+            .on_destroy
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(on_destroy) = on_destroy else {
+            return;
+        };
+        if let Err(e) = self.fs.unmount() {
+            eprintln!("jext mount: unmount failed, the next mount will recover the journal: {e}");
+        }
+        on_destroy();
+    }
+
+    /// Makes the kernel forget the attributes it cached for `ino` (a change it did not
+    /// make itself, such as `chattr`, moved ctime).
+    fn invalidate_attributes(&self, ino: Ino) {
+        if let Some(notifier) = self.notifier.get() {
+            // A negative offset invalidates the attributes only, not the cached pages.
+            let _ = notifier.inval_inode(to_fuse(ino), -1, 0);
+        }
+    }
+
+    /// A new inode: the caller's uid, the caller's gid unless the directory is setgid,
+    /// and the mode less the caller's umask unless the directory's default ACL decides it
+    /// (the library applies those rules).
     fn make(
         &self,
         req: &Request,
@@ -162,16 +234,25 @@ impl JextFuse {
         what: New<'_>,
     ) -> Result<Stat, Errno> {
         let parent = to_ext4(parent)?;
-        self.refuse_if_pinned(parent, false)?;
         let name = name.as_bytes();
         let (uid, gid) = (req.uid(), req.gid());
         match what {
-            New::File(perm) => self.fs.create(parent, name, perm, uid, gid),
-            New::Dir(perm) => self.fs.mkdir(parent, name, perm, uid, gid),
-            New::Node(mode, rdev) => self.fs.mknod(parent, name, mode, rdev, uid, gid),
+            New::Node { mode, rdev, umask } => {
+                self.fs.make_node(parent, name, mode, rdev, umask, uid, gid)
+            }
             New::Symlink(target) => self.fs.symlink(parent, name, target, uid, gid),
         }
         .map_err(errno)
+    }
+
+    /// `.` and `..` come only from the kernel's export operations (a file handle being
+    /// turned back into an inode, `FUSE_EXPORT_SUPPORT`): `parent` is then any inode
+    /// number, which must still name a live inode.
+    fn lookup_dot(&self, parent: Ino, name: &[u8]) -> Result<Stat, Errno> {
+        if name == b"." {
+            return self.fs.stat_live(parent).map_err(errno);
+        }
+        self.fs.lookup(parent, name).map_err(errno)
     }
 
     fn setattr_inner(
@@ -181,7 +262,6 @@ impl JextFuse {
         size: Option<u64>,
     ) -> Result<Stat, Errno> {
         let ino = to_ext4(ino)?;
-        self.refuse_if_pinned(ino, true)?;
         if size.is_some() {
             let st = self.fs.stat(ino).map_err(errno)?;
             if st.kind == FileKind::Directory {
@@ -213,6 +293,7 @@ impl JextFuse {
                 ..SetAttr::default()
             };
             self.fs.setattr(ino, &change).map_err(errno)?;
+            self.invalidate_attributes(ino);
             return Ok(Vec::new());
         }
         if cmd == FS_IOC_FSGETXATTR {
@@ -237,55 +318,78 @@ impl JextFuse {
                     },
                 )
                 .map_err(errno)?;
+            self.invalidate_attributes(ino);
             return Ok(Vec::new());
         }
         Err(Errno::ENOTTY)
     }
-}
 
-/// ext4's immutable and append-only inode flags. The kernel enforces them from the VFS
-/// inode's flags, which FUSE never fills in, so this front end enforces them itself, with
-/// the kernel's rules (`may_delete`, `notify_change`, `may_open`).
-const IMMUTABLE_FL: u32 = 0x10;
-const APPEND_FL: u32 = 0x20;
-
-impl JextFuse {
-    fn flags(&self, ino: Ino) -> Result<u32, Errno> {
-        Ok(self.fs.stat(ino).map_err(errno)?.flags)
-    }
-
-    /// EPERM if `ino` is immutable, or append-only when `append_blocks` says that counts.
-    fn refuse_if_pinned(&self, ino: Ino, append_blocks: bool) -> Result<(), Errno> {
-        let flags = self.flags(ino)?;
-        if flags & IMMUTABLE_FL != 0 || (append_blocks && flags & APPEND_FL != 0) {
+    /// `may_open`'s rule for immutable and append-only files, which the kernel cannot
+    /// apply itself (FUSE never gives it the inode flags): no writing open of an immutable
+    /// file, and only appending, non-truncating ones of an append-only file. Every later
+    /// change is checked again by the library, so a descriptor opened earlier gains nothing.
+    fn check_open(&self, ino: Ino, open_flags: i32) -> Result<(), Errno> {
+        let writes =
+            open_flags & libc::O_ACCMODE != libc::O_RDONLY || open_flags & libc::O_TRUNC != 0;
+        if !writes {
+            return Ok(());
+        }
+        let flags = self.fs.stat(ino).map_err(errno)?.flags;
+        let appends_only = open_flags & libc::O_APPEND != 0 && open_flags & libc::O_TRUNC == 0;
+        if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && !appends_only) {
             return Err(Errno::EPERM);
         }
         Ok(())
     }
-
-    /// Removing or renaming `name` needs neither it nor its directory pinned.
-    fn refuse_if_entry_pinned(&self, parent: Ino, name: &OsStr) -> Result<(), Errno> {
-        self.refuse_if_pinned(parent, true)?;
-        match self.fs.lookup(parent, name.as_bytes()) {
-            Ok(st) => self.refuse_if_pinned(st.ino, true),
-            Err(_) => Ok(()),
-        }
-    }
 }
 
+/// ext4's immutable and append-only inode flags.
+const IMMUTABLE_FL: u32 = 0x10;
+const APPEND_FL: u32 = 0x20;
+
 enum New<'a> {
-    File(u32),
-    Dir(u32),
-    Node(u32, u32),
+    /// A file, directory or special node: `mode` with its type bits.
+    Node {
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+    },
     Symlink(&'a [u8]),
+}
+
+impl New<'_> {
+    /// A file or directory (`file_type`: `S_IFREG`, `S_IFDIR`) with the requested
+    /// permissions, which the kernel sends without type bits.
+    fn plain(file_type: u32, perm: u32, umask: u32) -> New<'static> {
+        New::Node {
+            mode: file_type | (perm & 0o7777),
+            rdev: 0,
+            umask,
+        }
+    }
 }
 
 impl Filesystem for JextFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         if self.writeback_cache {
             config
-                .add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE)
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
                 .map_err(|_| std::io::Error::other("the kernel's FUSE has no writeback cache"))?;
+        }
+        config
+            .add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT)
+            .map_err(|_| std::io::Error::other("the kernel's FUSE cannot export inodes"))?;
+        // The kernel passes new inodes' umask along instead of applying it: jext applies it,
+        // unless the parent's default ACL decides the permissions.
+        config
+            .add_capabilities(InitFlags::FUSE_DONT_MASK)
+            .map_err(|_| std::io::Error::other("the kernel's FUSE cannot pass the umask"))?;
+        if self.fs.options().acl {
+            // The kernel then checks permissions against the ACLs, passes umask to us
+            // instead of applying it, and asks us to keep mode and ACL in step.
+            config
+                .add_capabilities(InitFlags::FUSE_POSIX_ACL)
+                .map_err(|_| std::io::Error::other("the kernel's FUSE has no POSIX ACLs"))?;
         }
         // Nanosecond times, as ext4 keeps them.
         let _ = config.set_time_granularity(Duration::from_nanos(1));
@@ -293,16 +397,27 @@ impl Filesystem for JextFuse {
         Ok(())
     }
 
+    fn destroy_before_reply(&self) {
+        self.finish();
+    }
+
     fn destroy(&mut self) {
-        if let Err(e) = self.fs.unmount() {
-            eprintln!("jext mount: unmount failed, the next mount will recover the journal: {e}");
-        }
+        // A plain `fuse` connection ends without DESTROY: this is its clean unmount.
+        self.finish();
+    }
+
+    fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
+        empty(reply, self.fs.sync().map_err(errno));
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let name = name.as_bytes();
         entry(
             reply,
-            to_ext4(parent).and_then(|p| self.fs.lookup(p, name.as_bytes()).map_err(errno)),
+            to_ext4(parent).and_then(|p| match name {
+                b"." | b".." => self.lookup_dot(p, name),
+                _ => self.fs.lookup(p, name).map_err(errno),
+            }),
         );
     }
 
@@ -336,6 +451,7 @@ impl Filesystem for JextFuse {
             uid,
             gid,
             size: None,
+            times_to_now: is_now(atime) || is_now(mtime),
             atime: atime.map(time),
             mtime: mtime.map(time),
             ctime: ctime.map(Timestamp::from),
@@ -367,7 +483,7 @@ impl Filesystem for JextFuse {
     ) {
         entry(
             reply,
-            self.make(req, parent, name, New::Node(mode & !umask, rdev)),
+            self.make(req, parent, name, New::Node { mode, rdev, umask }),
         );
     }
 
@@ -380,25 +496,18 @@ impl Filesystem for JextFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        entry(
-            reply,
-            self.make(req, parent, name, New::Dir(mode & !umask & 0o7777)),
-        );
+        let dir = New::plain(libc::S_IFDIR, mode, umask);
+        entry(reply, self.make(req, parent, name, dir));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = to_ext4(parent).and_then(|p| {
-            self.refuse_if_entry_pinned(p, name)?;
-            self.fs.unlink(p, name.as_bytes()).map_err(errno)
-        });
+        let result =
+            to_ext4(parent).and_then(|p| self.fs.unlink(p, name.as_bytes()).map_err(errno));
         empty(reply, result);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = to_ext4(parent).and_then(|p| {
-            self.refuse_if_entry_pinned(p, name)?;
-            self.fs.rmdir(p, name.as_bytes()).map_err(errno)
-        });
+        let result = to_ext4(parent).and_then(|p| self.fs.rmdir(p, name.as_bytes()).map_err(errno));
         empty(reply, result);
     }
 
@@ -441,8 +550,6 @@ impl Filesystem for JextFuse {
         };
         let result = to_ext4(parent).and_then(|p| {
             let np = to_ext4(newparent)?;
-            self.refuse_if_entry_pinned(p, name)?;
-            self.refuse_if_entry_pinned(np, newname)?;
             self.fs
                 .rename(p, name.as_bytes(), np, newname.as_bytes(), how)
                 .map_err(errno)
@@ -460,24 +567,14 @@ impl Filesystem for JextFuse {
     ) {
         let result = to_ext4(ino).and_then(|i| {
             let np = to_ext4(newparent)?;
-            self.refuse_if_pinned(i, true)?;
-            self.refuse_if_pinned(np, false)?;
             self.fs.link(i, np, newname.as_bytes()).map_err(errno)
         });
         entry(reply, result);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let raw = flags.0;
-        let writes = raw & libc::O_ACCMODE != libc::O_RDONLY || raw & libc::O_TRUNC != 0;
         let opened = to_ext4(ino).and_then(|i| {
-            if writes {
-                let pinned = self.flags(i)?;
-                let appends_only = raw & libc::O_APPEND != 0 && raw & libc::O_TRUNC == 0;
-                if pinned & IMMUTABLE_FL != 0 || (pinned & APPEND_FL != 0 && !appends_only) {
-                    return Err(Errno::EPERM);
-                }
-            }
+            self.check_open(i, flags.0)?;
             self.fs.open_inode(i).map_err(errno)
         });
         match opened {
@@ -510,12 +607,24 @@ impl Filesystem for JextFuse {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match to_ext4(ino).and_then(|i| self.fs.write(i, offset, data).map_err(errno)) {
+        // Only with the writeback cache does the kernel keep the times of what it cached
+        // (without it, mmap'd pages also arrive as cached writes, and jext keeps the times).
+        let kernel_keeps_times =
+            self.writeback_cache && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let written = to_ext4(ino).and_then(|i| {
+            if kernel_keeps_times {
+                self.fs.write_cached(i, offset, data)
+            } else {
+                self.fs.write(i, offset, data)
+            }
+            .map_err(errno)
+        });
+        match written {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(e),
         }
@@ -613,7 +722,7 @@ impl Filesystem for JextFuse {
                 e.next_cookie,
                 name,
                 &ATTR_TTL,
-                &attr(&st),
+                &entry_attr(&st),
                 generation,
             ) {
                 break;
@@ -716,13 +825,14 @@ impl Filesystem for JextFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let file = New::plain(libc::S_IFREG, mode, umask);
         let made = self
-            .make(req, parent, name, New::File(mode & !umask & 0o7777))
+            .make(req, parent, name, file)
             .and_then(|s| self.fs.open_inode(s.ino).map_err(errno));
         match made {
             Ok(s) => reply.created(
                 &ATTR_TTL,
-                &attr(&s),
+                &entry_attr(&s),
                 Generation(u64::from(s.generation)),
                 FileHandle(0),
                 FopenFlags::empty(),

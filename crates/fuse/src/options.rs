@@ -5,7 +5,10 @@
 //!
 //! Promises: an unknown or malformed option is refused with a message naming it; nothing
 //! is silently ignored except the options mount(8) adds for its own bookkeeping (`_netdev`,
-//! `defaults`, `auto`, `noauto`, `user`, `nofail`), which mean nothing to a file system.
+//! `auto`, `noauto`, `user`, `nouser`, `nofail`, `loop`), which mean nothing to a file
+//! system, and the connection options the kernel shows for a FUSE mount (`user_id=`,
+//! `group_id=`, `blksize=`, ...), which mount(8) hands back on a remount. `remount` changes a
+//! live mount; `owner_wait=SECS` waits for the image's owner.
 
 use jext_fs::{FsError, FsResult, MountOptions};
 
@@ -22,6 +25,11 @@ pub struct FuseOptions {
     pub writeback_cache: bool,
     /// VFS flags for the mount: nosuid, nodev, noexec, noatime, sync, dirsync.
     pub vfs_flags: Vec<&'static str>,
+    /// `remount`: change a live mount (read-only or not, VFS flags) instead of mounting.
+    pub remount: bool,
+    /// `owner_wait=SECS`: wait this long for another process to let go of the image
+    /// (default: refuse at once, naming it).
+    pub owner_wait_secs: u64,
 }
 
 impl Default for FuseOptions {
@@ -32,15 +40,24 @@ impl Default for FuseOptions {
             default_permissions: true,
             writeback_cache: false,
             vfs_flags: Vec::new(),
+            remount: false,
+            owner_wait_secs: 0,
         }
     }
 }
 
-const VFS_FLAGS: [&str; 12] = [
+const VFS_FLAGS: [&str; 13] = [
     "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime", "sync", "async",
-    "dirsync", "relatime",
+    "dirsync", "relatime", "defaults",
 ];
-const MOUNT8_BOOKKEEPING: [&str; 6] = ["_netdev", "defaults", "auto", "noauto", "user", "nofail"];
+const MOUNT8_BOOKKEEPING: [&str; 7] = [
+    "_netdev", "auto", "noauto", "user", "nouser", "nofail", "loop",
+];
+/// Options the kernel shows for a FUSE connection (`/proc/mounts`), which jext sets itself
+/// when it mounts and mount(8) hands back on a remount: nothing to change there.
+const CONNECTION_OPTIONS: [&str; 6] = [
+    "fd", "rootmode", "user_id", "group_id", "blksize", "max_read",
+];
 
 impl FuseOptions {
     pub fn parse(text: &str) -> FsResult<FuseOptions> {
@@ -58,7 +75,17 @@ impl FuseOptions {
             "nodefault_permissions" => self.default_permissions = false,
             "writeback_cache" => self.writeback_cache = true,
             "nowriteback_cache" => self.writeback_cache = false,
+            "remount" => self.remount = true,
+            o if o.starts_with("owner_wait=") => {
+                let secs = &o["owner_wait=".len()..];
+                self.owner_wait_secs = secs.parse().map_err(|_| {
+                    FsError::Invalid(format!("owner_wait={secs}: expected whole seconds"))
+                })?;
+            }
             o if MOUNT8_BOOKKEEPING.contains(&o) => {}
+            o if o
+                .split_once('=')
+                .is_some_and(|(name, _)| CONNECTION_OPTIONS.contains(&name)) => {}
             o if VFS_FLAGS.contains(&o) => {
                 let known = VFS_FLAGS.iter().find(|f| **f == o).expect("checked above");
                 self.vfs_flags.push(known);
@@ -87,7 +114,10 @@ mod tests {
         assert_eq!(o.fs.commit_interval_ms, 10_000);
         assert_eq!(o.fs.cache_size_bytes, 64 << 20);
         assert!(o.allow_other && o.writeback_cache && o.default_permissions);
-        assert_eq!(o.vfs_flags, vec!["nosuid"]);
+        assert_eq!(o.vfs_flags, vec!["nosuid", "defaults"]);
+        let r = FuseOptions::parse("remount,ro,owner_wait=10").unwrap();
+        assert!(r.remount && r.fs.read_only);
+        assert_eq!(r.owner_wait_secs, 10);
         assert!(
             !FuseOptions::parse("nodefault_permissions")
                 .unwrap()
@@ -102,6 +132,7 @@ mod tests {
             ("colour=red", "colour"),
             ("commit=soon", "soon"),
             ("allow_other=1", "allow_other"),
+            ("owner_wait=soon", "owner_wait=soon"),
         ] {
             let err = FuseOptions::parse(text).unwrap_err().to_string();
             assert!(err.contains(named), "{text}: {err}");

@@ -16,7 +16,8 @@
 //! ```
 
 pub use jext_device::{
-    open_path as open_device, BlockDevice, CounterSnapshot, FileDevice, OverlayDevice, SimDevice,
+    open_path as open_device, open_path_waiting as open_device_waiting, owner_of, BlockDevice,
+    CounterSnapshot, FileDevice, Holder, OverlayDevice, SimDevice,
 };
 pub use jext_fs::debug::{dump, DebugWhat};
 pub use jext_fs::{

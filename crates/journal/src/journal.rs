@@ -49,6 +49,9 @@ pub struct JournalConfig {
     pub barrier: bool,
     /// Features to turn on in the journal superblock at load.
     pub features: LogFeatures,
+    /// Write nothing at load (a read-only mount): turned-on features then reach the disk
+    /// with the superblock the first commit writes, if a remount ever allows one.
+    pub read_only: bool,
 }
 
 impl Default for JournalConfig {
@@ -58,6 +61,7 @@ impl Default for JournalConfig {
             max_transaction_blocks: None,
             barrier: true,
             features: LogFeatures::default(),
+            read_only: false,
         }
     }
 }
@@ -169,7 +173,7 @@ impl Journal {
         area: JournalArea,
         config: JournalConfig,
     ) -> Result<Journal, JournalError> {
-        let layout = LogLayout::load(&io, &area, config.features)?;
+        let layout = LogLayout::load(&io, &area, config.features, !config.read_only)?;
         let log_len = layout.last - layout.first;
         let max_transaction_blocks = config
             .max_transaction_blocks
@@ -356,6 +360,33 @@ impl Journal {
             }
             shared.changed.wait(&mut st);
         }
+    }
+
+    /// Commits what is running, checkpoints, and marks the log empty on disk
+    /// (`s_start = 0`), leaving the journal loaded: a remount to read-only, after which
+    /// the image is as clean as after an unmount. The caller must have stopped every
+    /// change first (no handle may start meanwhile); the next commit, if a remount to
+    /// read-write allows one, points the superblock at the log again.
+    pub fn empty_log(&self) -> Result<(), JournalError> {
+        self.checkpoint()?;
+        let mut st = self.shared.state.lock();
+        assert!(
+            st.running
+                .as_ref()
+                .is_none_or(|t| t.is_empty() && t.updates == 0),
+            "empty_log while changes are still being made"
+        );
+        if st.superblock_says_empty {
+            return Ok(());
+        }
+        let sb = self.shared.layout.superblock_block(0, st.next_tid);
+        // Under the lock, so no commit can start between the write and the flag.
+        write_superblock(&self.shared, sb)?;
+        st.superblock_says_empty = true;
+        st.log.head = self.shared.layout.first;
+        st.log.tail = self.shared.layout.first;
+        st.log.tail_tid = st.next_tid;
+        Ok(())
     }
 
     /// Clean shutdown: commit what is running, stop the commit thread, checkpoint, and

@@ -39,11 +39,12 @@ pub(crate) struct LogLayout {
 
 impl LogLayout {
     /// Reads the superblock of a journal that recovery already emptied, turning on the
-    /// requested features first.
+    /// requested features first (and writing them at once when `write` allows).
     pub fn load(
         io: &IoQueue,
         area: &JournalArea,
         features: LogFeatures,
+        write: bool,
     ) -> Result<LogLayout, JournalError> {
         let mut superblock = read_superblock(io, area)?;
         if !superblock.is_clean() {
@@ -56,7 +57,7 @@ impl LogLayout {
         if features.fast_commit {
             superblock.enable_fast_commit();
         }
-        if superblock != before {
+        if write && superblock != before {
             write_superblock(io, area, &superblock, IoFlags::PREFLUSH | IoFlags::FUA)?;
         }
         let mut block0 = vec![0u8; area.block_size as usize];

@@ -740,7 +740,7 @@ mod tests {
             wide_blocks: true,
             fast_commit: false,
         };
-        let layout = LogLayout::load(&io, &area, features).unwrap();
+        let layout = LogLayout::load(&io, &area, features, true).unwrap();
         let tid = layout.sequence();
         let mut escaped = vec![1u8; block_size];
         escaped[..4].copy_from_slice(&JBD2_MAGIC.to_be_bytes());

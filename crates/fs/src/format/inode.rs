@@ -91,9 +91,14 @@ pub mod flags {
         | NOTAIL
         | DIRSYNC
         | TOPDIR
+        | DAX
         | PROJINHERIT;
     /// Flags a user may see with `FS_IOC_GETFLAGS`.
-    pub const USER_VISIBLE: u32 = 0x705BDFFF;
+    pub const USER_VISIBLE: u32 = 0x725BDFFF;
+    /// What a regular file may carry of them (ext4's `EXT4_REG_FLMASK`), and what an inode
+    /// that is neither a file nor a directory may (`EXT4_OTHER_FLMASK`).
+    pub const REGULAR_FILE_MASK: u32 = !(DIRSYNC | TOPDIR | CASEFOLD | PROJINHERIT);
+    pub const OTHER_MASK: u32 = NODUMP | NOATIME;
 }
 
 /// A time as ext4 stores it.

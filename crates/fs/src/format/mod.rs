@@ -76,6 +76,7 @@ impl fmt::Display for FormatError {
 
 impl std::error::Error for FormatError {}
 
+pub mod acl;
 pub mod bitmap;
 pub mod csum;
 pub mod dirent;

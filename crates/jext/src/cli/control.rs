@@ -1,15 +1,18 @@
-//! The mount daemon's control socket and `jext sync DIR`, its one client.
+//! The mount daemon's control socket, and its clients `jext sync DIR` and
+//! `jext mount -o remount,...`.
 //!
-//! The kernel forwards `sync(2)`/`syncfs(2)` to a FUSE server only on `fuseblk` and
-//! virtiofs connections, so on a jext mount `sync` returns before anything is durable.
-//! `jext sync DIR` closes that gap: it syncs DIR's file system in the kernel (so pages held
-//! by the kernel's writeback cache reach the daemon), then asks the daemon over a Unix
-//! socket under `/run/jext` to run `Fs::sync` (commit the running transaction, write back
-//! ordered data, flush the device), and returns only when the daemon answers that it is done.
+//! A `fuseblk` jext mount gets `sync`/`syncfs` from the kernel itself (Linux 6.18+); a mount
+//! made without a loop device (plain `fuse`) does not, and there `jext sync DIR` closes the
+//! gap: it syncs DIR's file system in the kernel (so pages held by the kernel's writeback
+//! cache reach the daemon), then asks the daemon over a Unix socket under `/run/jext` to run
+//! `Fs::sync` (commit the running transaction, write back ordered data, flush the device),
+//! and returns only when the daemon answers that it is done. A remount asks the daemon to go
+//! read-only (`Fs::remount`: commit, checkpoint, clean image) or back to read-write, since
+//! the kernel tells a FUSE daemon nothing of a remount.
 //!
-//! Promises: "ok" is answered only after `Fs::sync` returned success; any error is passed on
-//! word for word and makes `jext sync` fail. Must never answer before the sync has finished,
-//! nor leave its socket file behind after a clean unmount.
+//! Promises: "ok" is answered only after the request returned success; any error is passed
+//! on word for word and makes the client fail. Must never answer before the work has
+//! finished, nor leave its socket file behind after a clean unmount.
 
 use jext::Fs;
 use std::io::{BufRead, BufReader, Write};
@@ -17,8 +20,10 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
-/// The one request the socket understands, and the answer to a sync that succeeded.
+/// The requests the socket understands, and the answer to one that succeeded.
 const SYNC_REQUEST: &str = "sync";
+const REMOUNT_RO: &str = "remount ro";
+const REMOUNT_RW: &str = "remount rw";
 const DONE: &str = "ok";
 
 /// The listening socket of a daemon; its file is removed when this is dropped.
@@ -51,12 +56,18 @@ pub fn listen(path: PathBuf, fs: Fs) -> std::io::Result<ControlSocket> {
 fn answer(stream: UnixStream, fs: &Fs) -> std::io::Result<()> {
     let mut request = String::new();
     BufReader::new(&stream).read_line(&mut request)?;
+    let done = |result: jext::FsResult<()>, what: &str| match result {
+        Ok(()) => DONE.to_string(),
+        Err(e) => format!("{what} failed: {e}"),
+    };
     let reply = match request.trim_end() {
-        SYNC_REQUEST => match fs.sync() {
-            Ok(()) => DONE.to_string(),
-            Err(e) => format!("sync failed: {e}"),
-        },
-        other => format!("unknown request {other:?} (this daemon understands {SYNC_REQUEST:?})"),
+        SYNC_REQUEST => done(fs.sync(), "sync"),
+        REMOUNT_RO => done(fs.remount(true), "remount,ro"),
+        REMOUNT_RW => done(fs.remount(false), "remount,rw"),
+        other => format!(
+            "unknown request {other:?} (this daemon understands {SYNC_REQUEST:?}, \
+             {REMOUNT_RO:?} and {REMOUNT_RW:?})"
+        ),
     };
     (&stream).write_all(format!("{reply}\n").as_bytes())
 }
@@ -70,6 +81,18 @@ pub fn sync(mountpoint: &Path, socket: &Path) -> Result<(), String> {
         let e = std::io::Error::last_os_error();
         return Err(format!("syncfs {}: {e}", mountpoint.display()));
     }
+    ask(mountpoint, socket, SYNC_REQUEST, "sync")
+}
+
+/// Asks the daemon of the mount at `mountpoint` to go read-only (commit, checkpoint,
+/// clean image) or back to read-write.
+pub fn remount(mountpoint: &Path, socket: &Path, read_only: bool) -> Result<(), String> {
+    let request = if read_only { REMOUNT_RO } else { REMOUNT_RW };
+    ask(mountpoint, socket, request, "remount")
+}
+
+/// Sends one request and waits for its answer.
+fn ask(mountpoint: &Path, socket: &Path, request: &str, what: &str) -> Result<(), String> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
         format!(
             "no jext daemon answers for {} ({}: {e}); is it a jext mount?",
@@ -78,15 +101,17 @@ pub fn sync(mountpoint: &Path, socket: &Path) -> Result<(), String> {
         )
     })?;
     stream
-        .write_all(format!("{SYNC_REQUEST}\n").as_bytes())
-        .map_err(|e| format!("asking the daemon to sync: {e}"))?;
+        .write_all(format!("{request}\n").as_bytes())
+        .map_err(|e| format!("asking the daemon to {what}: {e}"))?;
     let mut reply = String::new();
     BufReader::new(&stream)
         .read_line(&mut reply)
-        .map_err(|e| format!("waiting for the daemon's sync: {e}"))?;
+        .map_err(|e| format!("waiting for the daemon's {what}: {e}"))?;
     match reply.trim_end() {
         DONE => Ok(()),
-        "" => Err("the daemon closed the connection before its sync finished".to_string()),
+        "" => Err(format!(
+            "the daemon closed the connection before its {what} finished"
+        )),
         error => Err(error.to_string()),
     }
 }

@@ -38,6 +38,7 @@ fn open(image: &Path, read_only: bool) -> Result<Fs> {
     // Opening replays a dirty journal, which for a long one takes a while.
     let progress = Progress::spinner(&format!("opening {}", image.display()));
     let opened = if read_only {
+        super::note_live_owner(image);
         jext::open_device(image, true)
             .map_err(|e| failed(&e))
             .and_then(|device| {

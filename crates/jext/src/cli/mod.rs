@@ -74,15 +74,20 @@ enum Command {
         #[command(subcommand)]
         what: tools::DebugCommand,
     },
-    /// Mount an ext4 image (or block device) with FUSE. Runs in the background unless -f.
+    /// Mount an ext4 image (or block device) with FUSE, as a fuseblk file system: `umount`
+    /// returns once the image is clean, `sync` reaches jext. Runs in the background unless -f.
+    /// A mounted image is refused to any other writer (the error names the daemon).
     ///
     /// Options (-o, comma-separated): data=ordered|journal|writeback, commit=SECS, ro, rw,
-    /// errors=remount-ro|continue, cache_size=SIZE, barrier=0|1, nobarrier, allow_other,
-    /// default_permissions (default) or nodefault_permissions, writeback_cache or
-    /// nowriteback_cache (default), and the VFS flags nosuid, nodev, noexec, noatime, sync.
+    /// errors=remount-ro|continue, cache_size=SIZE, barrier=0|1, nobarrier, acl (default) or
+    /// noacl, allow_other, default_permissions (default) or nodefault_permissions,
+    /// writeback_cache or nowriteback_cache (default), owner_wait=SECS (wait for another
+    /// owner of the image to let go), remount (with ro or rw: change a live mount), and the
+    /// VFS flags nosuid, nodev, noexec, noatime, sync, dirsync.
     ///
     /// Examples: jext mount disk.img /mnt
     ///           jext mount -o data=journal,allow_other disk.img /mnt
+    ///           jext mount -o remount,ro disk.img /mnt
     ///           jext mount -f disk.img /mnt     (foreground; Ctrl-C unmounts)
     Mount {
         /// Mount options.
@@ -98,8 +103,8 @@ enum Command {
     ///
     /// Example: jext umount /mnt
     Umount { mountpoint: PathBuf },
-    /// Makes everything written under a jext mount durable (what `sync` does on ext4; the
-    /// kernel does not pass `sync` on to a FUSE daemon).
+    /// Makes everything written under a jext mount durable (what `sync -f DIR` does; needed
+    /// only on a mount made without a loop device, which the kernel never tells of a sync).
     ///
     /// Example: jext sync /mnt
     Sync { mountpoint: PathBuf },
@@ -272,5 +277,16 @@ pub fn run(cli: Cli) -> i32 {
             only,
             out,
         }),
+    }
+}
+
+/// What a read-only tool says when a live writer (a mount's daemon) owns the image: it
+/// reads the image as it is now, so what it shows may lag behind what the daemon holds.
+fn note_live_owner(image: &std::path::Path) {
+    if let Some(holder) = jext::owner_of(image) {
+        eprintln!(
+            "jext: note: {} is in use by {holder}; what this shows may be stale",
+            image.display()
+        );
     }
 }

@@ -2,19 +2,26 @@
 //!
 //! `jext mount IMAGE DIR` starts itself again in the foreground (`-f`) as a daemon in its
 //! own session, waits until the mount appears (or the daemon fails, whose message it then
-//! prints) and returns, as other FUSE tools do. The daemon opens the image (recovering the
-//! journal), serves the mount, and on `umount`, `jext umount` or SIGTERM/SIGINT unmounts and
-//! checkpoints, leaving a clean image. `jext umount DIR` unmounts and waits for the daemon
-//! to finish that cleanup, so the image is clean when it returns.
+//! prints) and returns, as other FUSE tools do. The daemon takes the image's owner lock (a
+//! second mount of a mounted image is refused, naming the daemon that has it: one owner per
+//! image, never a second daemon serving a diverging copy), opens it (recovering the
+//! journal), and mounts it as `fuseblk` (see `jext_fuse::KernelMount`): a plain `umount`
+//! then returns only after the daemon has checkpointed, written a clean superblock and let
+//! go of the image, so `umount DIR && jext mount IMAGE DIR` works at once and
+//! `umount DIR && e2fsck -fn IMAGE` finds it clean; `sync` and `syncfs` reach it too.
+//! SIGTERM/SIGINT unmount the same way. `jext umount DIR` unmounts and also waits for the
+//! daemon process to end.
 //!
-//! The daemon also answers `jext sync DIR` on a control socket (see `control`), because
-//! the kernel never forwards `sync` to it.
+//! `-o remount,ro|rw` (what mount(8) passes for `mount -o remount,...`) changes a live
+//! mount: read-only after the kernel stopped writes and the daemon committed and
+//! checkpointed (the image is then clean); read-write with a fresh transaction. The daemon
+//! answers that, and `jext sync DIR`, on a control socket (see `control`).
 //!
 //! Must never leave a daemon serving a mount nobody can find: the daemon's pid is recorded
 //! under `/run/jext`, named after the mount point.
 
 use jext::{Fs, FsError};
-use jext_fuse::{FuseOptions, Mounted};
+use jext_fuse::{FuseOptions, MountKind, Mounted};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,7 +41,9 @@ pub fn mount(image: &Path, mountpoint: &Path, options: Option<&str>, foreground:
             )
         }
     };
-    let result = if foreground {
+    let result = if opts.remount {
+        remount(mountpoint, &opts)
+    } else if foreground {
         serve(image, mountpoint, &opts)
     } else {
         start_daemon(image, mountpoint, options)
@@ -50,23 +59,41 @@ fn fail(command: &str, what: &str) -> i32 {
     1
 }
 
-/// The daemon: open, mount, serve until unmounted.
+/// The daemon: own the image, open it, mount, serve until unmounted.
 fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), String> {
     let mountpoint = absolute(mountpoint)?;
-    let fs = Fs::open_path(image, opts.fs.clone()).map_err(|e| open_error(image, e))?;
+    let fs = open_owned(image, opts)?;
     let _ = std::fs::create_dir_all(PID_DIR);
     let socket = socket_file(&mountpoint);
-    let _control = super::control::listen(socket.clone(), fs.clone())
+    let control = super::control::listen(socket.clone(), fs.clone())
         .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
-    let mut mounted = Mounted::mount(fs, image, &mountpoint, opts).map_err(|e| {
+    let pid_file = pid_file(&mountpoint);
+    let _ = std::fs::write(&pid_file, std::process::id().to_string());
+    // Runs when the kernel ends the connection, before a fuseblk `umount` returns: what
+    // names this daemon goes before a new daemon for the same mount point can appear.
+    let forget_daemon = {
+        let pid_file = pid_file.clone();
+        Box::new(move || {
+            drop(control);
+            let _ = std::fs::remove_file(&pid_file);
+        })
+    };
+    let mounted = Mounted::mount(fs, image, &mountpoint, opts, forget_daemon).map_err(|e| {
+        let _ = std::fs::remove_file(&pid_file);
         format!(
             "cannot mount {} on {}: {e}",
             image.display(),
             mountpoint.display()
         )
     })?;
-    let pid_file = pid_file(&mountpoint);
-    let _ = std::fs::write(&pid_file, std::process::id().to_string());
+    if mounted.kernel_mount().kind() == MountKind::Fuse {
+        eprintln!(
+            "jext mount: no loop device for {}: mounted as plain fuse, so `umount` returns \
+             before the image is clean and `sync` does not reach jext; use `jext umount` and \
+             `jext sync` (or the umount.fuse.jext helper that scripts/setup installs)",
+            image.display()
+        );
+    }
     crate::signals::catch_interrupts();
     let mut unmounter = mounted.unmounter();
     std::thread::spawn(move || loop {
@@ -79,7 +106,6 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
         }
     });
     let served = mounted.run();
-    let _ = std::fs::remove_file(&pid_file);
     if served.is_ok() {
         // A clean unmount leaves nothing to read in the background daemon's log.
         let _ = std::fs::remove_file(log_file(&mountpoint));
@@ -89,6 +115,45 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
 
 fn open_error(image: &Path, e: FsError) -> String {
     format!("cannot open {}: {e}", image.display())
+}
+
+/// Opens the image as its owner. A read-only mount of a writable image owns it too (as a
+/// kernel mount holds its device), so that `remount,rw` can follow; an image this process
+/// may not write is opened read-only when read-only was asked for.
+fn open_owned(image: &Path, opts: &FuseOptions) -> Result<Fs, String> {
+    let wait = Duration::from_secs(opts.owner_wait_secs);
+    let device = match jext::open_device_waiting(image, false, wait) {
+        Ok(device) => device,
+        Err(e) if opts.fs.read_only && is_not_writable(e.raw_os_error) => {
+            jext::open_device(image, true).map_err(|e| open_error(image, e.into()))?
+        }
+        Err(e) => return Err(open_error(image, e.into())),
+    };
+    Fs::open(device, opts.fs.clone()).map_err(|e| open_error(image, e))
+}
+
+fn is_not_writable(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::EACCES | libc::EROFS | libc::EPERM))
+}
+
+/// `jext mount -o remount,...`: read-only once the kernel stopped writes (it writes back
+/// what it still holds first) and the daemon has checkpointed; read-write the other way
+/// round, so the kernel lets writes through only to a daemon that takes them.
+fn remount(mountpoint: &Path, opts: &FuseOptions) -> Result<(), String> {
+    let mountpoint = absolute(mountpoint)?;
+    if !is_jext_mount(&mountpoint) {
+        return Err(format!("{} is not a jext mount", mountpoint.display()));
+    }
+    let socket = socket_file(&mountpoint);
+    let request = jext_fuse::mount_request(opts, 0);
+    let kernel = |r| jext_fuse::remount(&mountpoint, r).map_err(|e| e.to_string());
+    if opts.fs.read_only {
+        kernel(&request)?;
+        super::control::remount(&mountpoint, &socket, true)
+    } else {
+        super::control::remount(&mountpoint, &socket, false)?;
+        kernel(&request)
+    }
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, String> {
@@ -194,10 +259,22 @@ pub fn is_jext_mount(mountpoint: &Path) -> bool {
             .split(" - ")
             .nth(1)
             .and_then(|rest| rest.split(' ').next());
-        // The direct mount(2) path of fuser registers the type as plain "fuse".
         fields.get(4) == Some(&want.as_ref())
-            && fstype.is_some_and(|t| t == "fuse" || t == "fuse.jext")
+            && fstype.is_some_and(|t| t == "fuseblk.jext" || t == "fuse.jext")
     })
+}
+
+/// Whether process `pid` still runs: a zombie (ended, not yet reaped by its parent, as a
+/// `-f` daemon whose parent shell has not waited) does not.
+fn process_alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) STATE ...`; comm may hold spaces and parentheses, so read after the last ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z" | "X") | None)
 }
 
 /// `jext umount DIR`: unmount, then wait for the daemon's clean shutdown.
@@ -209,14 +286,15 @@ pub fn umount(mountpoint: &Path) -> i32 {
     let daemon = std::fs::read_to_string(pid_file(&mountpoint))
         .ok()
         .and_then(|p| p.trim().parse::<u32>().ok());
-    let out = Command::new("umount").arg(&mountpoint).output();
+    // `-i`: never the umount.fuse.jext helper, which is this command.
+    let out = Command::new("umount").arg("-i").arg(&mountpoint).output();
     match out {
         Ok(o) if o.status.success() => {}
         Ok(o) => return fail("umount", String::from_utf8_lossy(&o.stderr).trim()),
         Err(e) => return fail("umount", &format!("cannot run umount: {e}")),
     }
     if let Some(pid) = daemon {
-        let alive = || Path::new(&format!("/proc/{pid}")).exists();
+        let alive = || process_alive(pid);
         let deadline = Instant::now() + MOUNT_WAIT;
         while alive() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));

@@ -48,6 +48,12 @@ pub fn mkfs(
                 Ok(b) => b as u64,
                 Err(e) => return fail(e.to_string()),
             };
+            if let Some(holder) = jext::owner_of(image) {
+                return fail(format!(
+                    "{} is in use by {holder}; will not make a file system on it",
+                    image.display()
+                ));
+            }
             // A fresh sparse file reads as zeros, so nothing needs zeroing.
             if let Err(e) = std::fs::File::create(image).and_then(|f| f.set_len(bytes)) {
                 return fail(format!("cannot create {}: {e}", image.display()));
@@ -96,6 +102,7 @@ pub fn mkfs(
 }
 
 pub fn fsck(image: &Path) -> i32 {
+    super::note_live_owner(image);
     let device = match jext::open_device(image, true) {
         Ok(d) => d,
         Err(e) => {
@@ -145,6 +152,7 @@ pub fn debug(image: &Path, what: DebugCommand) -> i32 {
         DebugCommand::Dir { path } => DebugWhat::Dir(path),
         DebugCommand::Journal => DebugWhat::Journal,
     };
+    super::note_live_owner(image);
     let result = jext::open_device(image, true)
         .map_err(jext::FsError::from)
         .and_then(|d| dump(d, &what));

@@ -1,0 +1,141 @@
+//! What the FUSE tests share: root and /dev/fuse detection (a test that cannot mount says
+//! it skipped, loudly), scratch images, the jext command, mounting, unmounting and killing
+//! daemons, and `e2fsck -fn`.
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const JEXT: &str = env!("CARGO_BIN_EXE_jext");
+
+pub fn can_mount() -> bool {
+    let root = fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipping: FUSE mounts need root and /dev/fuse");
+        return false;
+    }
+    true
+}
+
+pub struct Scratch {
+    pub dir: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("jext-fuse-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("mnt")).unwrap();
+        let s = Scratch { dir };
+        jext(&["mkfs", s.image().to_str().unwrap(), "--size", "128M"]);
+        s
+    }
+    pub fn image(&self) -> PathBuf {
+        self.dir.join("fs.img")
+    }
+    pub fn mnt(&self) -> PathBuf {
+        self.dir.join("mnt")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Never leave a mount behind, even when a test fails half-way.
+        let _ = Command::new("umount").arg("-l").arg(self.mnt()).output();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn jext(args: &[&str]) -> String {
+    let out = Command::new(JEXT).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "jext {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn mount(s: &Scratch, options: &str) {
+    jext(&[
+        "mount",
+        "-o",
+        options,
+        s.image().to_str().unwrap(),
+        s.mnt().to_str().unwrap(),
+    ]);
+}
+
+pub fn umount(s: &Scratch) {
+    jext(&["umount", s.mnt().to_str().unwrap()]);
+}
+
+pub fn e2fsck_clean(image: &Path) {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// A `jext mount -f -o options` daemon, once its mount is up (for tests that kill it).
+pub fn foreground_daemon(s: &Scratch, options: &str) -> Child {
+    let mut daemon = Command::new(JEXT)
+        .args(["mount", "-f", "-o", options])
+        .arg(s.image())
+        .arg(s.mnt())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_mount(&s.mnt(), &mut daemon);
+    daemon
+}
+
+/// SIGKILL for a daemon: its mount stays, dead, until `unmount_dead`.
+pub fn kill_daemon(mut daemon: Child) {
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+}
+
+/// Unmounts the mount a killed daemon left behind.
+pub fn unmount_dead(s: &Scratch) {
+    let out = Command::new("umount").arg(s.mnt()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "umount of the dead mount {}: {}",
+        s.mnt().display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn wait_for_mount(mnt: &Path, daemon: &mut Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let want = mnt.to_string_lossy().to_string();
+    loop {
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        if info
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
+        {
+            return;
+        }
+        assert!(
+            daemon.try_wait().unwrap().is_none(),
+            "the daemon exited before mounting"
+        );
+        assert!(Instant::now() < deadline, "no mount after 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,528 @@
+//! A jext mount behaves like a kernel file system's: one owner per image, `umount` that
+//! returns with the image clean, `sync` that reaches the daemon, `remount,ro|rw`,
+//! immutable and append-only enforced at every change, POSIX ACLs enforced, kept in step
+//! with the mode and inherited, file handles that outlive the kernel's caches, and the
+//! small things `stat` and mount(8) users rely on. Needs root and /dev/fuse (CI has both);
+//! each test says it skipped where they are absent.
+
+mod common;
+
+use common::*;
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn sh(program: &str, args: &[&str]) -> std::process::Output {
+    Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} (scripts/setup installs it): {e}"))
+}
+
+fn ok(program: &str, args: &[&str]) -> String {
+    let out = sh(program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The line of /proc/mounts for `mnt`.
+fn mount_line(mnt: &Path) -> String {
+    fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(p(mnt)))
+        .unwrap_or_else(|| panic!("{} is not mounted", mnt.display()))
+        .to_string()
+}
+
+#[test]
+fn a_second_mount_of_a_mounted_image_is_refused_and_nothing_is_lost() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("owner");
+    mount(&s, "");
+    let second = s.dir.join("second");
+    fs::create_dir_all(&second).unwrap();
+    let out = sh(JEXT, &["mount", p(&s.image()), p(&second)]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second mount was accepted");
+    assert!(
+        said.contains("in use") && said.contains("pid "),
+        "the refusal names the daemon: {said}"
+    );
+    assert!(
+        !fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .contains(p(&second)),
+        "nothing is mounted on the second mount point"
+    );
+    let data: Vec<u8> = (0..32u32 << 20).map(|i| (i % 253) as u8).collect();
+    let f = fs::File::create(s.mnt().join("big")).unwrap();
+    f.write_all_at(&data, 0).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    umount(&s);
+    e2fsck_clean(&s.image());
+    mount(&s, "");
+    assert!(fs::read(s.mnt().join("big")).unwrap() == data);
+    umount(&s);
+}
+
+/// The issue's scenario: `umount` returning before the daemon's checkpoint let a new mount
+/// race the old daemon and e2fsck see half-written counts.
+#[test]
+fn plain_umount_leaves_a_clean_image_fifty_times_over() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("cycles");
+    mount(&s, "");
+    assert!(
+        mount_line(&s.mnt()).contains("fuseblk.jext"),
+        "mounted as fuseblk: {}",
+        mount_line(&s.mnt())
+    );
+    for cycle in 0..50u32 {
+        let data: Vec<u8> = (0..32u32 << 20)
+            .map(|i| (i.wrapping_mul(31) ^ cycle) as u8)
+            .collect();
+        let name = format!("c{}", cycle % 3);
+        fs::write(s.mnt().join(&name), &data).unwrap();
+        ok("umount", &[p(&s.mnt())]);
+        e2fsck_clean(&s.image());
+        mount(&s, "");
+        assert!(
+            fs::read(s.mnt().join(&name)).unwrap() == data,
+            "cycle {cycle}: {name} differs after umount and mount"
+        );
+    }
+    umount(&s);
+    e2fsck_clean(&s.image());
+}
+
+/// `sync` (and `syncfs` on the mount) reach the daemon: what was written before survives
+/// SIGKILL of the daemon, what came after does not.
+#[test]
+fn sync_reaches_the_daemon() {
+    if !can_mount() {
+        return;
+    }
+    for (how, args) in [("sync", vec![]), ("sync -f", vec!["-f"])] {
+        let s = Scratch::new(&format!("sync{}", args.len()));
+        let daemon = foreground_daemon(&s, "commit=3600,writeback_cache");
+        let synced: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(s.mnt().join("synced"), &synced).unwrap();
+        let mut sync_args = args.clone();
+        let mnt = s.mnt();
+        sync_args.push(p(&mnt));
+        ok("sync", if args.is_empty() { &[] } else { &sync_args });
+        fs::write(s.mnt().join("unsynced"), b"lost with the daemon").unwrap();
+        kill_daemon(daemon);
+        unmount_dead(&s);
+        let image = s.image();
+        let read_back = sh(JEXT, &["cat", p(&image), "/synced"]);
+        assert!(read_back.stdout == synced, "{how}: the synced file differs");
+        let ls = ok(JEXT, &["ls", p(&image), "/"]);
+        assert!(!ls.contains("unsynced"), "{how}: {ls}");
+    }
+}
+
+#[test]
+fn remount_read_only_and_back() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("remount");
+    mount(&s, "");
+    let f = fs::File::create(s.mnt().join("written")).unwrap();
+    f.write_all_at(&[5u8; 200_000], 0).unwrap();
+    drop(f);
+    let remount = |opts: &str| jext(&["mount", "-o", opts, p(&s.image()), p(&s.mnt())]);
+    remount("remount,ro");
+    assert!(
+        mount_line(&s.mnt()).contains(" ro,"),
+        "{}",
+        mount_line(&s.mnt())
+    );
+    assert_eq!(
+        errno_of(fs::write(s.mnt().join("x"), b"x")),
+        Some(libc::EROFS)
+    );
+    // Read-only after a commit and checkpoint: the image is clean while still mounted.
+    e2fsck_clean(&s.image());
+    assert_eq!(
+        fs::read(s.mnt().join("written")).unwrap(),
+        vec![5u8; 200_000]
+    );
+    remount("remount,rw");
+    fs::write(s.mnt().join("after"), b"after").unwrap();
+    if Path::new("/usr/sbin/mount.fuseblk.jext").exists() {
+        ok("mount", &["-o", "remount,ro", p(&s.mnt())]);
+        e2fsck_clean(&s.image());
+        ok("mount", &["-o", "remount,rw", p(&s.mnt())]);
+    } else {
+        eprintln!(
+            "SKIPPED part: mount(8) remount needs /usr/sbin/mount.fuseblk.jext (scripts/setup)"
+        );
+    }
+    umount(&s);
+    e2fsck_clean(&s.image());
+    let ls = ok(JEXT, &["ls", p(&s.image()), "/"]);
+    assert!(ls.contains("after") && ls.contains("written"), "{ls}");
+}
+
+#[test]
+fn immutable_and_append_only_hold_for_descriptors_opened_before() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("flags");
+    mount(&s, "");
+    let path = s.mnt().join("f");
+    fs::write(&path, b"0123456789").unwrap();
+    let old = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let ctime = |m: fs::Metadata| (m.ctime(), m.ctime_nsec());
+    let before = ctime(fs::metadata(&path).unwrap());
+    ok("chattr", &["+i", p(&path)]);
+    // chattr moved ctime, and stat shows it at once (not after the attribute cache ages).
+    let after = ctime(fs::metadata(&path).unwrap());
+    assert!(
+        after > before,
+        "stat still shows the ctime from before chattr"
+    );
+    assert_eq!(errno_of(old.write_all_at(b"x", 0)), Some(libc::EPERM));
+    assert_eq!(errno_of(old.write_all_at(b"x", 10)), Some(libc::EPERM));
+    assert_eq!(errno_of(old.set_len(2)), Some(libc::EPERM));
+    let xattr = sh("setfattr", &["-n", "user.k", "-v", "v", p(&path)]);
+    assert!(!xattr.status.success(), "setfattr on an immutable file");
+    let acl = sh("setfacl", &["-m", "u:1000:r", p(&path)]);
+    assert!(!acl.status.success(), "setfacl on an immutable file");
+    assert!(
+        !sh("touch", &[p(&path)]).status.success(),
+        "touch of immutable"
+    );
+    ok("chattr", &["-i", "+a", p(&path)]);
+    assert_eq!(errno_of(old.write_all_at(b"x", 0)), Some(libc::EPERM));
+    old.write_all_at(b"ab", 10).unwrap();
+    let mut appender = OpenOptions::new().append(true).open(&path).unwrap();
+    appender.write_all(b"cd").unwrap();
+    ok("touch", &[p(&path)]);
+    assert!(
+        !sh("touch", &["-d", "2001-01-01", p(&path)])
+            .status
+            .success(),
+        "times of one's choice on an append-only file"
+    );
+    assert!(!sh("setfattr", &["-n", "user.k", "-v", "v", p(&path)])
+        .status
+        .success());
+    assert_eq!(errno_of(fs::remove_file(&path)), Some(libc::EPERM));
+    ok("chattr", &["-a", p(&path)]);
+    assert_eq!(fs::read(&path).unwrap(), b"0123456789abcd");
+    // DAX is kept, as Linux ext4 keeps it on a device without DAX.
+    ok("chattr", &["+x", p(&path)]);
+    assert!(ok("lsattr", &[p(&path)])
+        .split(' ')
+        .next()
+        .unwrap()
+        .contains('x'));
+    drop((old, appender));
+    umount(&s);
+    e2fsck_clean(&s.image());
+}
+
+/// Runs `args` as uid and gid 1000 (no supplementary groups); whether it succeeded.
+fn as_user_1000(args: &[&str]) -> bool {
+    let mut all = vec!["--reuid=1000", "--regid=1000", "--clear-groups", "--"];
+    all.extend_from_slice(args);
+    sh("setpriv", &all).status.success()
+}
+
+#[test]
+fn posix_acls_are_enforced_kept_with_the_mode_and_inherited() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("acl");
+    mount(&s, "allow_other");
+    let file = s.mnt().join("secret");
+    fs::write(&file, b"for user 1000 only").unwrap();
+    fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    assert!(
+        !as_user_1000(&["cat", p(&file)]),
+        "0640 root:root keeps 1000 out"
+    );
+    ok("setfacl", &["-m", "u:1000:r", p(&file)]);
+    assert!(
+        as_user_1000(&["cat", p(&file)]),
+        "the named-user entry lets 1000 read"
+    );
+    // The mask shows in the mode's group bits, and chmod moves the mask.
+    let mode = fs::metadata(&file).unwrap().mode() & 0o777;
+    assert_eq!(mode, 0o640, "mask r-- keeps group bits r--");
+    fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let acl = ok("getfacl", &["-cn", p(&file)]);
+    assert!(acl.contains("mask::---"), "chmod rewrote the mask: {acl}");
+    assert!(
+        !as_user_1000(&["cat", p(&file)]),
+        "the mask now denies 1000"
+    );
+    // An ACL that says no more than a mode is dropped for the mode.
+    ok("setfacl", &["-b", p(&file)]);
+    ok("setfacl", &["-m", "u::rwx,g::r-x,o::r--", p(&file)]);
+    assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o754);
+    let names = ok("getfattr", &["-d", "-m", "-", p(&file)]);
+    assert!(!names.contains("posix_acl_access"), "{names}");
+    // Default ACLs: inherited by new files (instead of the umask) and directories.
+    let dir = s.mnt().join("shared");
+    fs::create_dir(&dir).unwrap();
+    ok("setfacl", &["-d", "-m", "u:1000:rwx", p(&dir)]);
+    ok("setfacl", &["-m", "u:1000:rwx", p(&dir)]);
+    let child = dir.join("new");
+    fs::write(&child, b"inherited").unwrap();
+    let acl = ok("getfacl", &["-cn", p(&child)]);
+    // Named entries keep their bits; the mask takes what the mode (0666) allows.
+    assert!(
+        acl.contains("user:1000:rwx") && acl.contains("mask::rw-"),
+        "a new file inherits: {acl}"
+    );
+    assert!(as_user_1000(&[
+        "sh",
+        "-c",
+        &format!("echo more >> {}", p(&child))
+    ]));
+    let sub = dir.join("sub");
+    fs::create_dir(&sub).unwrap();
+    let acl = ok("getfacl", &["-cn", "-d", p(&sub)]);
+    assert!(
+        acl.contains("user:1000:rwx"),
+        "a new directory inherits the default: {acl}"
+    );
+    umount(&s);
+    e2fsck_clean(&s.image());
+    // Stored as ext4 stores ACLs: Linux reads the same entries.
+    let linux = s.dir.join("linux");
+    fs::create_dir_all(&linux).unwrap();
+    ok("mount", &["-o", "loop,ro", p(&s.image()), p(&linux)]);
+    let seen = sh("getfacl", &["-cn", p(&linux.join("shared/new"))]);
+    ok("umount", &[p(&linux)]);
+    assert!(
+        String::from_utf8_lossy(&seen.stdout).contains("user:1000:rwx"),
+        "Linux reads jext's ACL: {}",
+        String::from_utf8_lossy(&seen.stdout)
+    );
+}
+
+/// A file handle (`name_to_handle_at`) as 8 bytes of header and up to 128 of handle.
+struct Handle {
+    words: [u64; 17],
+    mount_id: libc::c_int,
+}
+
+fn handle_of(path: &Path) -> Handle {
+    let mut h = Handle {
+        words: [0; 17],
+        mount_id: 0,
+    };
+    h.words[0] = 128; // handle_bytes (u32), handle_type (i32) = 0
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: the buffer is 8 + 128 bytes, aligned, and says it has room for 128 bytes of
+    // handle; the path is NUL-terminated; both outlive the call.
+    let rc = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            h.words.as_mut_ptr().cast(),
+            &mut h.mount_id,
+            0,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "name_to_handle_at: {}",
+        std::io::Error::last_os_error()
+    );
+    h
+}
+
+fn open_by_handle(mount: &fs::File, h: &mut Handle) -> std::io::Result<fs::File> {
+    // SAFETY: the handle buffer came from name_to_handle_at and outlives the call.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount.as_raw_fd(),
+            h.words.as_mut_ptr().cast(),
+            libc::O_RDONLY,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor open_by_handle_at just returned, owned by nobody else.
+    Ok(unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+fn drop_caches() {
+    fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+}
+
+#[test]
+fn file_handles_survive_dropped_caches() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("handles");
+    mount(&s, "");
+    fs::create_dir(s.mnt().join("d")).unwrap();
+    fs::write(s.mnt().join("d/kept"), b"by handle").unwrap();
+    fs::write(s.mnt().join("gone"), b"deleted").unwrap();
+    let mut kept = handle_of(&s.mnt().join("d/kept"));
+    let mut dir = handle_of(&s.mnt().join("d"));
+    let mut gone = handle_of(&s.mnt().join("gone"));
+    fs::remove_file(s.mnt().join("gone")).unwrap();
+    drop_caches();
+    let root = fs::File::open(s.mnt()).unwrap();
+    let f = open_by_handle(&root, &mut kept).expect("open_by_handle_at after drop_caches");
+    let mut buf = [0u8; 9];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf, b"by handle");
+    open_by_handle(&root, &mut dir).expect("a directory's handle");
+    assert_eq!(
+        errno_of(open_by_handle(&root, &mut gone)),
+        Some(libc::ESTALE),
+        "a deleted file's handle is stale"
+    );
+    drop((f, root));
+    umount(&s);
+}
+
+#[test]
+fn stat_and_mount_options_show_what_ext4_shows() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("small");
+    mount(&s, "");
+    assert_eq!(
+        fs::metadata(s.mnt()).unwrap().ino(),
+        2,
+        "the root is inode 2"
+    );
+    umount(&s);
+    if !Path::new("/usr/sbin/mount.fuse.jext").exists() {
+        eprintln!(
+            "SKIPPED part: mount -t fuse.jext needs /usr/sbin/mount.fuse.jext (scripts/setup)"
+        );
+        return;
+    }
+    ok(
+        "mount",
+        &[
+            "-t",
+            "fuse.jext",
+            "-o",
+            "dev,suid",
+            p(&s.image()),
+            p(&s.mnt()),
+        ],
+    );
+    let line = mount_line(&s.mnt());
+    assert!(
+        !line.contains("nosuid") && !line.contains("nodev"),
+        "dev and suid reach the mount: {line}"
+    );
+    umount(&s);
+    ok(
+        "mount",
+        &[
+            "-t",
+            "fuse.jext",
+            "-o",
+            "nosuid,noexec",
+            p(&s.image()),
+            p(&s.mnt()),
+        ],
+    );
+    let line = mount_line(&s.mnt());
+    assert!(line.contains("nosuid") && line.contains("noexec"), "{line}");
+    umount(&s);
+}
+
+/// With the writeback cache the kernel keeps a file's times itself; what `stat` showed
+/// before an unmount is what the image holds after it (direct-I/O writes and setxattr
+/// included).
+#[test]
+fn times_stat_shows_are_the_times_that_reach_the_disk() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("times");
+    mount(&s, "writeback_cache");
+    let path = s.mnt().join("f");
+    fs::write(&path, vec![1u8; 8192]).unwrap();
+    let direct = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+        .unwrap();
+    let mut block = vec![0u8; 8192];
+    // O_DIRECT wants an aligned buffer: use the 4096-aligned part of a larger one.
+    let at = block.as_ptr().align_offset(4096);
+    block.resize(at + 4096 + 4096, 2);
+    direct.write_all_at(&block[at..at + 4096], 4096).unwrap();
+    drop(direct);
+    ok("setfattr", &["-n", "user.k", "-v", "v", p(&path)]);
+    let times = |m: fs::Metadata| (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+    let shown = times(fs::metadata(&path).unwrap());
+    umount(&s);
+    mount(&s, "writeback_cache");
+    assert_eq!(
+        times(fs::metadata(&path).unwrap()),
+        shown,
+        "mtime/ctime changed across an unmount"
+    );
+    umount(&s);
+}
+
+/// `jext umount` of a foreground daemon its parent has not reaped: the zombie counts as
+/// gone, so the command returns as soon as the mount is (it used to wait 120 s and fail).
+#[test]
+fn a_zombie_daemon_counts_as_gone() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("zombie");
+    let daemon = foreground_daemon(&s, "");
+    let started = Instant::now();
+    jext(&["umount", p(&s.mnt())]);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "jext umount waited for a zombie"
+    );
+    let mut daemon = daemon;
+    assert!(daemon.wait().unwrap().success());
+    e2fsck_clean(&s.image());
+}
