@@ -578,4 +578,38 @@ pub(crate) mod tests {
         dev.inject(SimFault::FailFlushes);
         assert!(dev.flush().is_err());
     }
+
+    #[test]
+    fn barrier_writes_are_refused_without_barrier_support_and_logged_with_it() {
+        let plain = SimDevice::new(1 << 20);
+        let err = plain
+            .write(0, &[1u8; 512], WriteFlags::BARRIER)
+            .unwrap_err();
+        assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+        assert!(!plain.capabilities().barrier_write);
+
+        let dev = SimDevice::new(1 << 20).with_barrier_write();
+        assert!(dev.capabilities().barrier_write);
+        dev.start_capture();
+        dev.write(0, &[1u8; 512], WriteFlags::BARRIER).unwrap();
+        dev.write(512, &[2u8; 512], WriteFlags::FUA).unwrap();
+        let cap = dev.take_capture().unwrap();
+        let kinds: Vec<&str> = cap
+            .ops()
+            .iter()
+            .map(|op| match op {
+                LoggedOp::Write { fua: false, .. } => "write",
+                LoggedOp::Write { fua: true, .. } => "fua",
+                LoggedOp::Barrier => "barrier",
+                LoggedOp::Flush => "flush",
+                LoggedOp::Mark(_) => "mark",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["write", "barrier", "flush", "fua"],
+            "a FUA write of a later epoch first persists the earlier one"
+        );
+        assert_eq!(read(&dev.crash(), 0), 1);
+    }
 }

@@ -328,7 +328,7 @@ impl Scheduler {
             if r.seq > gate {
                 return false;
             }
-            if r.seq == gate && !r.preflush.is_some_and(|f| self.max_ok_flush >= f) {
+            if r.seq == gate && r.preflush.is_none_or(|f| self.max_ok_flush < f) {
                 return false;
             }
         }

@@ -136,6 +136,12 @@ impl IoTicket {
         self.dispatcher.wait_for_flush(flush)
     }
 
+    /// Whether every write of the batch was dispatched (or failed).
+    pub fn is_dispatched(&self) -> bool {
+        let p = self.state.progress.lock();
+        p.dispatched == p.requests
+    }
+
     /// Whether the batch has reached the transferred stage (successfully or not).
     pub fn is_transferred(&self) -> bool {
         let p = self.state.progress.lock();
