@@ -90,6 +90,7 @@ pub trait CommandQueue: Send + Sync {
 #[derive(Clone, Copy, Debug)]
 pub struct RawTarget {
     pub fd: RawFd,
-    /// Buffers, offsets and lengths must be aligned to this (`O_DIRECT`); 1 if not.
+    /// Buffers, offsets and lengths must be aligned to this; more than 1 means the
+    /// descriptor is `O_DIRECT` (writes go straight to the block layer).
     pub buffer_align: usize,
 }

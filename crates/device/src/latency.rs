@@ -297,7 +297,11 @@ impl Drop for TimedQueue {
         self.timeline.state.lock().shutting_down = true;
         self.timeline.changed.notify_all();
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            // A completion may drop the device on its own service thread, which then ends
+            // by itself.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
         }
     }
 }

@@ -29,9 +29,8 @@
 //! [`IoQueue::with_config`] picks an asynchronous engine and a queue depth; [`IoQueue::issue`]
 //! returns at once with a ticket for each stage.
 //!
-//! Measured with `jext bench io-order` (2 cores, kernel 6.18, 4 KiB random writes, QD 32;
-//! see `crate::engine` for the figures): io_uring against the thread engine, on an image
-//! file and on a loop device with direct I/O.
+//! io_uring and the thread engine were measured against each other with `jext bench
+//! io-order`; the figures and the choice are in `crate::engine`.
 //!
 //! This layer must never dispatch a write of a later epoch before the earlier epoch is
 //! released, send a barrier write to a device that cannot keep it, merge across a

@@ -3,10 +3,11 @@
 //! allowed), at the price of a thread hand-off per command.
 //!
 //! Promises: every dispatched command runs once and is reported once; dropping the engine
-//! waits for every command it was given. It does not keep dispatch order (threads race to
+//! waits for every command it was given (from one of its own threads, it lets that thread
+//! finish by itself). It does not keep dispatch order (threads race to
 //! the device), so the IO layer never relies on a barrier write through it.
 
-use crate::engine::{run, Engine, EngineKind, Sink};
+use crate::engine::{join_unless_current, run, Engine, EngineKind, Sink};
 use jext_device::{BlockDevice, Command};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
@@ -98,7 +99,7 @@ impl Drop for ThreadEngine {
         self.shared.queue.lock().shutting_down = true;
         self.shared.work.notify_all();
         for thread in self.threads.drain(..) {
-            let _ = thread.join();
+            join_unless_current(thread);
         }
     }
 }

@@ -11,7 +11,7 @@
 //! kernel completes commands in any order), so the IO layer never relies on a barrier write
 //! through it.
 
-use crate::engine::{unsupported, Engine, EngineKind, Sink};
+use crate::engine::{join_unless_current, unsupported, Engine, EngineKind, Sink};
 use io_uring::{opcode, types, IoUring};
 use jext_device::{
     check_range, AlignedBuf, BlockDevice, Command, DeviceError, DeviceOp, RawTarget, WriteFlags,
@@ -276,7 +276,7 @@ impl Drop for UringEngine {
             return;
         }
         if let Some(reaper) = self.reaper.take() {
-            let _ = reaper.join();
+            join_unless_current(reaper);
         }
     }
 }
