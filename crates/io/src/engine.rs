@@ -10,21 +10,23 @@
 //! - [`EngineKind::Threads`]: a pool of threads running the synchronous methods
 //!   (`crate::threads`).
 //!
-//! What `Auto` picks, and why (measured with `jext bench io-order --quick --repetitions 3`,
-//! 2 shared cores, kernel 6.18, scratch on virtio ext4; medians of 3, IOPS of 4 KiB random
-//! writes, QD 32):
+//! What `Auto` picks, and why (measured with `jext bench io-order --repetitions 3`, 2 shared
+//! cores, kernel 6.18, scratch on virtio ext4; medians of 3, IOPS of 4 KiB random writes,
+//! QD 32; `bench/results/2026-11-23-io-order`):
 //!
 //! | backing | engine | P (orderless) | X (wait-on-transfer) | XnF (transfer+flush) |
 //! |---|---|---:|---:|---:|
-//! | image file | io_uring | 95,082 | 21,524 | 3,991 |
-//! | image file | threads | 113,050 | 51,348 | 4,262 |
-//! | loop, O_DIRECT | io_uring | 48,026 | 8,356 | 4,675 |
-//! | loop, O_DIRECT | threads | 41,980 | 8,012 | 1,134 |
+//! | image file | io_uring | 93,009 | 17,521 | 2,149 |
+//! | image file | threads | 107,168 | 63,215 | 2,373 |
+//! | loop, O_DIRECT | io_uring | 49,873 | 9,519 | 2,433 |
+//! | loop, O_DIRECT | threads | 46,024 | 8,757 | 3,541 |
 //!
 //! On a buffered image file the kernel hands io_uring's writes to worker threads of its
-//! own, one hop more than ours: threads win (P +19%, X 2.4×). On an `O_DIRECT` descriptor
-//! the ring's commands go straight to the block layer: io_uring wins (P +14%, XnF 4×).
-//! So `Auto` takes io_uring only for direct descriptors; both stay selectable.
+//! own, one hop more than ours: threads win clearly (P +15%, X 3.6×). On an `O_DIRECT`
+//! descriptor the ring's commands go straight to the block layer and io_uring is ahead by
+//! 8–9% on P and X; flush-bound XnF swings either way between runs on this shared disk
+//! (an earlier quick run had io_uring at 4,675 against 1,134). So `Auto` takes io_uring
+//! only for direct descriptors; both engines stay selectable and tested.
 //!
 //! Promises: an engine calls the sink exactly once per dispatched command, and says
 //! truthfully whether the device services its commands in dispatch order (only then may

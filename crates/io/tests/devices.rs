@@ -2,9 +2,7 @@
 //! epochs in order (and a simulator that breaks them is caught); io_uring and the thread
 //! engine leave the same bytes in an image file.
 
-use jext_io::jext_device::{
-    BlockDevice, FileDevice, Kept, LatencyModel, Selection, SimDevice, SimFault,
-};
+use jext_io::jext_device::{BlockDevice, FileDevice, LatencyModel, Selection, SimDevice, SimFault};
 use jext_io::{EngineKind, Fence, IoConfig, IoFlags, IoQueue, WriteRequest};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,18 +58,8 @@ fn prefix_violations(capture: &jext_io::jext_device::CrashCapture) -> (usize, us
     let window = capture.window(end);
     assert!(window.len() <= 12, "small enough to enumerate");
     let (mut states, mut violations) = (0, 0);
-    for mask in 0u32..(1 << window.len()) {
-        let selection = Selection(
-            (0..window.len())
-                .map(|i| {
-                    if mask & (1 << i) != 0 {
-                        Kept::Whole
-                    } else {
-                        Kept::Nothing
-                    }
-                })
-                .collect(),
-        );
+    for mask in 0u64..(1 << window.len()) {
+        let selection = Selection::from_mask(window.len(), mask);
         if !selection.respects_epochs(&window) {
             continue;
         }
