@@ -65,18 +65,8 @@ pub fn selections(window: &[WindowWrite], sampling: &Sampling, rng: &mut StdRng)
     let n = window.len();
     let mut out: Vec<Selection> = Vec::new();
     if n <= sampling.exhaustive_max {
-        for mask in 0u32..(1 << n) {
-            out.push(Selection(
-                (0..n)
-                    .map(|i| {
-                        if mask & (1 << i) != 0 {
-                            Kept::Whole
-                        } else {
-                            Kept::Nothing
-                        }
-                    })
-                    .collect(),
-            ));
+        for mask in 0u64..(1 << n) {
+            out.push(Selection::from_mask(n, mask));
         }
     } else {
         out.push(Selection::nothing(n));

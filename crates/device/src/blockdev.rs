@@ -3,17 +3,21 @@
 //! to the logical block size; this backend bounces through aligned buffers it owns, so
 //! callers pass ordinary slices. FUA writes go through a descriptor opened with `O_DSYNC`,
 //! which the kernel turns into a FUA write (or write + flush where FUA is not supported).
+//! Its capabilities come from sysfs (`queue/write_cache`, `queue/fua`, `queue/nr_requests`);
+//! no block device here has a barrier write.
 
 use crate::{
-    check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp, OwnerLock, Ownership,
+    check_range, refuse_barrier, BlockDevice, Capabilities, DeviceCounters, DeviceError, DeviceOp,
+    OwnerLock, Ownership, RawTarget, WriteFlags,
 };
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// Bounce buffers are aligned to this, which satisfies every logical block size Linux has.
-const DIRECT_IO_ALIGN: usize = 4096;
+pub const DIRECT_IO_ALIGN: usize = 4096;
 
 pub struct BlockDevDevice {
     path: PathBuf,
@@ -21,6 +25,7 @@ pub struct BlockDevDevice {
     dsync_file: Option<File>,
     size_bytes: u64,
     sector_size: u32,
+    capabilities: Capabilities,
     counters: DeviceCounters,
     /// Writable opens hold the device's owner lock.
     owner: Ownership,
@@ -63,39 +68,51 @@ impl BlockDevDevice {
             .metadata()
             .map_err(|e| DeviceError::open(path, e))?
             .rdev();
-        let sector_size = logical_block_size(rdev).unwrap_or(512);
+        let sector_size = queue_attribute(rdev, "logical_block_size")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(512);
         Ok(BlockDevDevice {
             path: path.to_path_buf(),
             file,
             dsync_file,
             size_bytes,
             sector_size,
+            capabilities: capabilities(rdev),
             counters: DeviceCounters::default(),
             owner: Ownership::new(owner),
         })
     }
 }
 
-/// Reads the logical block size from sysfs, which needs no ioctl.
-fn logical_block_size(rdev: u64) -> Option<u32> {
+/// One attribute of the device's request queue from sysfs, which needs no ioctl.
+fn queue_attribute(rdev: u64, name: &str) -> Option<String> {
     let (major, minor) = (libc::major(rdev), libc::minor(rdev));
-    let text = std::fs::read_to_string(format!(
-        "/sys/dev/block/{major}:{minor}/queue/logical_block_size"
-    ))
-    .ok()?;
-    text.trim().parse().ok()
+    let text =
+        std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/queue/{name}")).ok()?;
+    Some(text.trim().to_string())
+}
+
+/// What the kernel says of the device. Where sysfs is silent, assume the worst case for
+/// durability (a volatile cache, FUA emulated).
+fn capabilities(rdev: u64) -> Capabilities {
+    Capabilities {
+        volatile_cache: queue_attribute(rdev, "write_cache").is_none_or(|s| s != "write through"),
+        native_fua: queue_attribute(rdev, "fua").is_some_and(|s| s == "1"),
+        barrier_write: false,
+        queue_depth: queue_attribute(rdev, "nr_requests").and_then(|s| s.parse().ok()),
+    }
 }
 
 /// A heap buffer of `len` bytes whose start is aligned for `O_DIRECT`, built from safe
 /// slicing of an over-allocated vector.
-struct AlignedBuf {
+pub struct AlignedBuf {
     storage: Vec<u8>,
     start: usize,
     len: usize,
 }
 
 impl AlignedBuf {
-    fn zeroed(len: usize) -> AlignedBuf {
+    pub fn zeroed(len: usize) -> AlignedBuf {
         let storage = vec![0u8; len + DIRECT_IO_ALIGN];
         let start = storage.as_ptr().align_offset(DIRECT_IO_ALIGN);
         assert!(start < DIRECT_IO_ALIGN, "cannot align a u8 buffer");
@@ -106,11 +123,11 @@ impl AlignedBuf {
         }
     }
 
-    fn as_slice(&self) -> &[u8] {
+    pub fn as_slice(&self) -> &[u8] {
         &self.storage[self.start..self.start + self.len]
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }
 }
@@ -135,9 +152,11 @@ impl BlockDevice for BlockDevDevice {
         Ok(())
     }
 
-    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DeviceError> {
+    fn write(&self, offset: u64, data: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
         check_range(self, DeviceOp::Write, offset, data.len())?;
         self.owner.check_may_write(offset, data.len())?;
+        refuse_barrier(self, offset, data, flags)?;
+        let fua = flags.contains(WriteFlags::FUA);
         let mut bounce = AlignedBuf::zeroed(data.len());
         bounce.as_mut_slice().copy_from_slice(data);
         let target = match (&self.dsync_file, fua) {
@@ -157,6 +176,17 @@ impl BlockDevice for BlockDevDevice {
             .map_err(|e| DeviceError::io(DeviceOp::Flush, 0, 0, &e))?;
         self.counters.record_flush();
         Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    fn raw_target(&self) -> Option<RawTarget> {
+        Some(RawTarget {
+            fd: self.file.as_raw_fd(),
+            buffer_align: DIRECT_IO_ALIGN,
+        })
     }
 
     fn counters(&self) -> &DeviceCounters {

@@ -219,6 +219,23 @@ impl DurableCursor<'_> {
 }
 
 impl Selection {
+    /// Keeps whole the window writes whose bit is set in `mask` (write 0 is the low bit),
+    /// nothing of the others: one of the `2^len` subsets an exhaustive search visits.
+    pub fn from_mask(len: usize, mask: u64) -> Selection {
+        assert!(len <= 64, "a mask names at most 64 writes");
+        Selection(
+            (0..len)
+                .map(|i| {
+                    if mask & (1 << i) != 0 {
+                        Kept::Whole
+                    } else {
+                        Kept::Nothing
+                    }
+                })
+                .collect(),
+        )
+    }
+
     /// Keeps nothing of a window of `len` writes.
     pub fn nothing(len: usize) -> Selection {
         Selection(vec![Kept::Nothing; len])

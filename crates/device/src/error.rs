@@ -93,6 +93,18 @@ impl DeviceError {
         }
     }
 
+    /// A request the device cannot carry out at all (a barrier write to a device without one).
+    pub fn unsupported(op: DeviceOp, offset: u64, len: usize, detail: &str) -> Self {
+        DeviceError {
+            op,
+            offset,
+            len,
+            kind: io::ErrorKind::Unsupported,
+            raw_os_error: Some(libc::EOPNOTSUPP),
+            detail: detail.to_string(),
+        }
+    }
+
     /// The errno a POSIX caller should see.
     pub fn errno(&self) -> i32 {
         self.raw_os_error.unwrap_or(libc::EIO)

@@ -1,10 +1,13 @@
 //! An image file as a device: pread/pwrite through the host page cache, flush by
-//! `fdatasync`, FUA by a second descriptor opened with `O_DSYNC`.
+//! `fdatasync`, FUA by a second descriptor opened with `O_DSYNC`. No barrier write: the
+//! host page cache writes back in any order.
 
 use crate::{
-    check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp, OwnerLock, Ownership,
+    check_range, refuse_barrier, BlockDevice, Capabilities, DeviceCounters, DeviceError, DeviceOp,
+    OwnerLock, Ownership, RawTarget, WriteFlags,
 };
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -95,9 +98,11 @@ impl BlockDevice for FileDevice {
         Ok(())
     }
 
-    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DeviceError> {
+    fn write(&self, offset: u64, data: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
         check_range(self, DeviceOp::Write, offset, data.len())?;
         self.owner.check_may_write(offset, data.len())?;
+        refuse_barrier(self, offset, data, flags)?;
+        let fua = flags.contains(WriteFlags::FUA);
         let target = match (&self.dsync_file, fua) {
             (Some(dsync), true) => dsync,
             _ => &self.file,
@@ -115,6 +120,17 @@ impl BlockDevice for FileDevice {
             .map_err(|e| DeviceError::io(DeviceOp::Flush, 0, 0, &e))?;
         self.counters.record_flush();
         Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::IMAGE_FILE
+    }
+
+    fn raw_target(&self) -> Option<RawTarget> {
+        Some(RawTarget {
+            fd: self.file.as_raw_fd(),
+            buffer_align: 1,
+        })
     }
 
     fn counters(&self) -> &DeviceCounters {

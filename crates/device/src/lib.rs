@@ -1,8 +1,12 @@
 //! The device layer: where bytes meet storage.
 //!
 //! A [`BlockDevice`] reads and writes byte ranges aligned to its sector size, flushes its
-//! volatile write cache, and can write a range with FUA (forced unit access: durable when
-//! the call returns, without flushing anything else). Every backend counts what it does in
+//! volatile write cache, and writes with the flags of the command ([`WriteFlags`]: FUA,
+//! durable when the call returns without flushing anything else; BARRIER, on a device that
+//! has a barrier write). Each backend states what it can do ([`Capabilities`]), and may
+//! offer the IO layer an asynchronous path: a file descriptor for io_uring
+//! ([`BlockDevice::raw_target`]) or a command queue of its own
+//! ([`BlockDevice::command_queue`], the simulator's). Every backend counts what it does in
 //! [`DeviceCounters`], so that benchmarks and tests can report writes, bytes and flushes per
 //! fsync without timing anything.
 //!
@@ -10,30 +14,36 @@
 //! - [`FileDevice`]: an image file, pread/pwrite, flush = `fdatasync`.
 //! - [`BlockDevDevice`]: a block device such as `/dev/loop0`, opened with `O_DIRECT`.
 //! - [`SimDevice`]: memory with a volatile write cache, crash capture and fault injection;
-//!   the seam through which every crash test runs the real stack.
+//!   the seam through which every crash test runs the real stack. Optionally barrier-capable
+//!   and timed by a [`LatencyModel`] (presets for the paper's device classes).
 //! - [`OverlayDevice`]: copy-on-write over another device, so a checker can recover a
 //!   journal without changing the image.
 //!
 //! What this layer promises: a write is visible to reads as soon as it returns; it is
 //! durable after a later `flush` returns, or at once when written with FUA. It promises no
 //! ordering between writes that are not separated by a flush: that is the IO layer's job.
-//! It must never reorder bytes within one write, and never report success for an IO that
-//! failed.
+//! On a barrier-capable device, a barrier write's epoch persists before anything written
+//! after it. It must never reorder bytes within one write, never report success for an IO
+//! that failed, and never accept a barrier write it cannot keep.
 
 mod blockdev;
 mod capture;
+mod command;
 mod counters;
 mod error;
 mod file;
+mod latency;
 mod overlay;
 mod owner;
 mod sim;
 
-pub use blockdev::BlockDevDevice;
+pub use blockdev::{AlignedBuf, BlockDevDevice, DIRECT_IO_ALIGN};
 pub use capture::{CrashCapture, DurableCursor, Kept, LoggedOp, Selection, WindowWrite};
+pub use command::{Capabilities, Command, CommandDone, CommandQueue, RawTarget, WriteFlags};
 pub use counters::{CounterSnapshot, DeviceCounters};
 pub use error::{DeviceError, DeviceOp};
 pub use file::FileDevice;
+pub use latency::{LatencyModel, Preset};
 pub use overlay::OverlayDevice;
 pub use owner::{holder as owner_of, Holder, OwnerLock};
 pub use sim::{SimDevice, SimFault, SparseImage};
@@ -51,10 +61,33 @@ pub trait BlockDevice: Send + Sync {
     fn sector_size(&self) -> u32;
     /// Reads `buf.len()` bytes at `offset`.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError>;
-    /// Writes `data` at `offset`. With `fua`, the bytes are durable when this returns.
-    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DeviceError>;
+    /// Writes `data` at `offset` as one command with `flags`: with FUA the bytes are durable
+    /// when this returns; a BARRIER write on a device without a barrier write is refused.
+    fn write(&self, offset: u64, data: &[u8], flags: WriteFlags) -> Result<(), DeviceError>;
+    /// Writes `data` at `offset`, with FUA or without: [`BlockDevice::write`] for callers
+    /// that need no other flag (tests, tools).
+    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DeviceError> {
+        let flags = if fua {
+            WriteFlags::FUA
+        } else {
+            WriteFlags::empty()
+        };
+        self.write(offset, data, flags)
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> Result<(), DeviceError>;
+    /// What this device can do.
+    fn capabilities(&self) -> Capabilities;
+    /// A descriptor io_uring may write to directly, if this backend is one. Writes that go
+    /// this way skip the backend's own checks (the owner lock's "still may write"), which
+    /// only catch bugs above: nothing writes after the file system on it unmounted.
+    fn raw_target(&self) -> Option<RawTarget> {
+        None
+    }
+    /// The device's own asynchronous command queue, if it has one.
+    fn command_queue(&self) -> Option<&dyn CommandQueue> {
+        None
+    }
     /// The live counters of this device.
     fn counters(&self) -> &DeviceCounters;
     /// A short human description ("image file /tmp/a.img (64 MiB)").
@@ -139,9 +172,27 @@ impl Ownership {
     }
 }
 
-/// Checks that a request is aligned and inside the device; shared by every backend so the
-/// error message is the same wherever the mistake is made.
-pub(crate) fn check_range(
+/// Refuses a barrier write on a device whose capabilities do not include one.
+pub(crate) fn refuse_barrier(
+    dev: &dyn BlockDevice,
+    offset: u64,
+    data: &[u8],
+    flags: WriteFlags,
+) -> Result<(), DeviceError> {
+    if flags.contains(WriteFlags::BARRIER) && !dev.capabilities().barrier_write {
+        return Err(DeviceError::unsupported(
+            DeviceOp::Write,
+            offset,
+            data.len(),
+            &format!("{} has no barrier write", dev.describe()),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that a request is aligned and inside the device; shared by every backend (and the
+/// IO layer's io_uring path) so the error message is the same wherever the mistake is made.
+pub fn check_range(
     dev: &dyn BlockDevice,
     op: DeviceOp,
     offset: u64,

@@ -2,9 +2,13 @@
 //! copy; writes stay in memory. It lets a checker recover a journal and look at the result
 //! without changing the image it was given (what `e2fsck -n` promises).
 //!
-//! The base is never written; flushes are no-ops on it.
+//! The base is never written; flushes are no-ops on it. Writes land in memory in the
+//! order they are made and nothing is cached, so every write is as durable as the overlay
+//! itself: barrier writes are trivially kept.
 
-use crate::{check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp};
+use crate::{
+    check_range, BlockDevice, Capabilities, DeviceCounters, DeviceError, DeviceOp, WriteFlags,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -55,8 +59,9 @@ impl BlockDevice for OverlayDevice {
         Ok(())
     }
 
-    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DeviceError> {
+    fn write(&self, offset: u64, data: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
         check_range(self, DeviceOp::Write, offset, data.len())?;
+        let fua = flags.contains(WriteFlags::FUA);
         let mut sectors = self.sectors.lock();
         for (i, chunk) in data.chunks(SECTOR as usize).enumerate() {
             let mut sector = Box::new([0u8; SECTOR as usize]);
@@ -70,6 +75,15 @@ impl BlockDevice for OverlayDevice {
     fn flush(&self) -> Result<(), DeviceError> {
         self.counters.record_flush();
         Ok(())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            volatile_cache: false,
+            native_fua: true,
+            barrier_write: true,
+            queue_depth: None,
+        }
     }
 
     fn counters(&self) -> &DeviceCounters {

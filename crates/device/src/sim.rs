@@ -9,11 +9,24 @@
 //! model on purpose (a dropped flush, a write reordered across a flush) so tests can prove
 //! the crash checks notice.
 //!
+//! A barrier-capable simulator ([`SimDevice::with_barrier_write`]) takes barrier writes: each
+//! one logs the capture's epoch marker ([`LoggedOp::Barrier`]) after its write, so crash
+//! states keep every earlier epoch before anything of a later one; a FUA write after a
+//! barrier first persists the earlier epochs (the device writes back in epoch order). The
+//! fault [`SimFault::LateBarriers`] breaks that on purpose. A [`LatencyModel`]
+//! ([`SimDevice::with_latency`]) times every command on a device timeline, through the
+//! device's own command queue; without one (the default) every command completes at once,
+//! so tests stay fast.
+//!
 //! Storage is sparse (4 KiB chunks, absent = zeros), so a 1 GiB simulated device costs only
 //! what was written.
 
 use crate::capture::{CrashCapture, LoggedOp};
-use crate::{check_range, BlockDevice, DeviceCounters, DeviceError, DeviceOp};
+use crate::latency::{LatencyModel, TimedQueue};
+use crate::{
+    check_range, refuse_barrier, BlockDevice, Capabilities, Command, CommandDone, CommandQueue,
+    DeviceCounters, DeviceError, DeviceOp, WriteFlags,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +48,10 @@ pub enum SimFault {
     /// only as if issued after the flush: a write reordered across a flush, the other
     /// lie a crash check must catch. A capture logs that write after the flush.
     ReorderAcrossFlushes,
+    /// A barrier-capable device that keeps a barrier's epoch marker back until after the
+    /// next write: that write of a later epoch may persist without the earlier epoch, the
+    /// lie an epoch-order check must catch.
+    LateBarriers,
 }
 
 /// Sparse bytes in 4 KiB chunks (an absent chunk reads as zeros): the content of a
@@ -96,12 +113,24 @@ struct SimState {
     capture: Option<(SparseImage, Vec<LoggedOp>)>,
     faults: Vec<SimFault>,
     writes_seen: u64,
+    /// A barrier write is among the pending (cached) writes.
+    pending_barrier: bool,
+    /// A barrier marker held back by [`SimFault::LateBarriers`].
+    late_barrier: bool,
+}
+
+/// The device's content and behaviour, shared with the timeline's service thread.
+pub(crate) struct SimCore {
+    size_bytes: u64,
+    barrier_write: bool,
+    state: Mutex<SimState>,
+    counters: DeviceCounters,
 }
 
 pub struct SimDevice {
-    size_bytes: u64,
-    state: Mutex<SimState>,
-    counters: DeviceCounters,
+    core: Arc<SimCore>,
+    /// With a latency model: the timeline every command goes through.
+    timed: Option<TimedQueue>,
 }
 
 impl SimDevice {
@@ -114,17 +143,38 @@ impl SimDevice {
     /// A device whose durable content is `durable`.
     pub fn from_image(size_bytes: u64, durable: SparseImage) -> SimDevice {
         SimDevice {
-            size_bytes,
-            state: Mutex::new(SimState {
-                current: durable.clone(),
-                durable,
-                pending: Vec::new(),
-                capture: None,
-                faults: Vec::new(),
-                writes_seen: 0,
+            core: Arc::new(SimCore {
+                size_bytes,
+                barrier_write: false,
+                state: Mutex::new(SimState {
+                    current: durable.clone(),
+                    durable,
+                    pending: Vec::new(),
+                    capture: None,
+                    faults: Vec::new(),
+                    writes_seen: 0,
+                    pending_barrier: false,
+                    late_barrier: false,
+                }),
+                counters: DeviceCounters::default(),
             }),
-            counters: DeviceCounters::default(),
+            timed: None,
         }
+    }
+
+    /// The same device, able to take barrier writes. Call before sharing the device.
+    pub fn with_barrier_write(mut self) -> SimDevice {
+        Arc::get_mut(&mut self.core)
+            .expect("a new device is not shared yet")
+            .barrier_write = true;
+        self
+    }
+
+    /// The same device, timing every command by `model` on a service thread of its own.
+    /// Call before sharing the device.
+    pub fn with_latency(mut self, model: LatencyModel) -> SimDevice {
+        self.timed = Some(TimedQueue::start(self.core.clone(), model));
+        self
     }
 
     /// A device whose durable content is a copy of the image file at `path`.
@@ -148,14 +198,14 @@ impl SimDevice {
 
     /// Writes what is durable now to an image file (sparse), for `e2fsck` or a loop mount.
     pub fn write_durable_image(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let state = self.state.lock();
-        write_image(&state.durable, self.size_bytes, path)
+        let state = self.core.state.lock();
+        write_image(&state.durable, self.core.size_bytes, path)
     }
 
     /// Writes what a reader sees now (durable or not) to an image file.
     pub fn write_current_image(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let state = self.state.lock();
-        write_image(&state.current, self.size_bytes, path)
+        let state = self.core.state.lock();
+        write_image(&state.current, self.core.size_bytes, path)
     }
 
     /// A new device holding only what is durable: the crash lost the whole write cache.
@@ -166,50 +216,48 @@ impl SimDevice {
     /// A new device holding what is durable plus the cached writes (numbered in issue
     /// order from 0) for which `keep` says true, applied in issue order.
     pub fn crash_keeping(&self, keep: impl Fn(usize) -> bool) -> SimDevice {
-        let state = self.state.lock();
+        let state = self.core.state.lock();
         let mut image = state.durable.clone();
         for (i, w) in state.pending.iter().enumerate() {
             if keep(i) {
                 image.write(w.offset, &w.data);
             }
         }
-        SimDevice::from_image(self.size_bytes, image)
+        SimDevice::from_image(self.core.size_bytes, image)
     }
 
     /// How many writes sit in the volatile cache.
     pub fn pending_writes(&self) -> usize {
-        self.state.lock().pending.len()
+        self.core.state.lock().pending.len()
     }
 
     pub fn inject(&self, fault: SimFault) {
-        self.state.lock().faults.push(fault);
+        self.core.state.lock().faults.push(fault);
     }
 
     pub fn clear_faults(&self) {
-        self.state.lock().faults.clear();
+        self.core.state.lock().faults.clear();
     }
 
     /// Starts logging every request. The device first drains its cache into durable
     /// storage (a disk may always do that), so the capture starts from one known image.
     pub fn start_capture(&self) {
-        let mut state = self.state.lock();
-        let pending = std::mem::take(&mut state.pending);
-        for w in pending {
-            state.durable.write(w.offset, &w.data);
-        }
+        let mut state = self.core.state.lock();
+        persist_pending(&mut state);
         state.capture = Some((state.durable.clone(), Vec::new()));
     }
 
     /// Logs a marker (for example "fsync of /a returned") at this point of the capture.
     pub fn mark(&self, label: impl Into<String>) {
-        if let Some((_, log)) = &mut self.state.lock().capture {
+        if let Some((_, log)) = &mut self.core.state.lock().capture {
             log.push(LoggedOp::Mark(label.into()));
         }
     }
 
     /// How many requests and marks the running capture holds.
     pub fn capture_len(&self) -> usize {
-        self.state
+        self.core
+            .state
             .lock()
             .capture
             .as_ref()
@@ -218,13 +266,13 @@ impl SimDevice {
 
     /// Ends the capture and returns it.
     pub fn take_capture(&self) -> Option<CrashCapture> {
-        let (base, ops) = self.state.lock().capture.take()?;
-        Some(CrashCapture::new(self.size_bytes, base, ops))
+        let (base, ops) = self.core.state.lock().capture.take()?;
+        Some(CrashCapture::new(self.core.size_bytes, base, ops))
     }
 
     /// A copy of what is durable now (for starting many devices from one image).
     pub fn durable_image(&self) -> SparseImage {
-        self.state.lock().durable.clone()
+        self.core.state.lock().durable.clone()
     }
 
     fn check_write_fault(state: &mut SimState, offset: u64, len: usize) -> Result<(), DeviceError> {
@@ -260,30 +308,30 @@ fn write_image(
     Ok(())
 }
 
-impl BlockDevice for SimDevice {
-    fn size_bytes(&self) -> u64 {
-        self.size_bytes
-    }
-
-    fn sector_size(&self) -> u32 {
-        SIM_SECTOR_SIZE
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
-        check_range(self, DeviceOp::Read, offset, buf.len())?;
-        self.state.lock().current.read(offset, buf);
-        self.counters.record_read(buf.len());
-        Ok(())
-    }
-
-    fn write_at(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DeviceError> {
-        check_range(self, DeviceOp::Write, offset, data.len())?;
+impl SimCore {
+    /// Carries out one write at once (the timeline, if any, decides when it is called).
+    pub(crate) fn write(
+        &self,
+        offset: u64,
+        data: &[u8],
+        flags: WriteFlags,
+    ) -> Result<(), DeviceError> {
         let mut state = self.state.lock();
         SimDevice::check_write_fault(&mut state, offset, data.len())?;
         state.writes_seen += 1;
         let len = data.len();
+        let fua = flags.contains(WriteFlags::FUA);
+        let barrier = flags.contains(WriteFlags::BARRIER);
         let data: Arc<[u8]> = Arc::from(data);
         state.current.write(offset, &data);
+        if fua && state.pending_barrier {
+            // A FUA write of a later epoch may not persist before the cached writes of the
+            // earlier ones: the device writes them back first, as a flush would.
+            persist_pending(&mut state);
+            if let Some((_, log)) = &mut state.capture {
+                log.push(LoggedOp::Flush);
+            }
+        }
         if fua {
             // A FUA write is durable at once. Cached writes to the same sectors are older;
             // a disk may persist them first (it may persist any cached write at any time),
@@ -302,16 +350,23 @@ impl BlockDevice for SimDevice {
                 offset,
                 data: data.clone(),
             });
+            state.pending_barrier |= barrier;
         }
+        let late = state.faults.contains(&SimFault::LateBarriers);
+        let held_barrier = std::mem::replace(&mut state.late_barrier, barrier && late);
         if let Some((_, log)) = &mut state.capture {
             log.push(LoggedOp::Write { offset, data, fua });
+            if held_barrier || (barrier && !late) {
+                log.push(LoggedOp::Barrier);
+            }
         }
         drop(state);
         self.counters.record_write(len, fua);
         Ok(())
     }
 
-    fn flush(&self) -> Result<(), DeviceError> {
+    /// Carries out one flush at once.
+    pub(crate) fn flush(&self) -> Result<(), DeviceError> {
         let mut state = self.state.lock();
         if state.faults.contains(&SimFault::FailFlushes) {
             return Err(DeviceError::media(
@@ -331,10 +386,7 @@ impl BlockDevice for SimDevice {
         } else {
             None
         };
-        let pending = std::mem::take(&mut state.pending);
-        for w in pending {
-            state.durable.write(w.offset, &w.data);
-        }
+        persist_pending(&mut state);
         if let Some((_, log)) = &mut state.capture {
             let moved = held_back.as_ref().and_then(|w| {
                 let at = log.iter().rposition(|op| {
@@ -351,15 +403,122 @@ impl BlockDevice for SimDevice {
         Ok(())
     }
 
+    /// Carries out one command at once.
+    pub(crate) fn execute(&self, command: &Command) -> Result<(), DeviceError> {
+        match command {
+            Command::Write {
+                offset,
+                data,
+                flags,
+            } => self.write(*offset, data, *flags),
+            Command::Flush => self.flush(),
+        }
+    }
+}
+
+/// Every cached write becomes durable, in issue order.
+fn persist_pending(state: &mut SimState) {
+    let pending = std::mem::take(&mut state.pending);
+    for w in pending {
+        state.durable.write(w.offset, &w.data);
+    }
+    state.pending_barrier = false;
+}
+
+impl BlockDevice for SimDevice {
+    fn size_bytes(&self) -> u64 {
+        self.core.size_bytes
+    }
+
+    fn sector_size(&self) -> u32 {
+        SIM_SECTOR_SIZE
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+        check_range(self, DeviceOp::Read, offset, buf.len())?;
+        self.core.state.lock().current.read(offset, buf);
+        self.core.counters.record_read(buf.len());
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, data: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
+        check_range(self, DeviceOp::Write, offset, data.len())?;
+        refuse_barrier(self, offset, data, flags)?;
+        match &self.timed {
+            Some(timed) => timed.run(Command::Write {
+                offset,
+                data: Arc::from(data),
+                flags,
+            }),
+            None => self.core.write(offset, data, flags),
+        }
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        match &self.timed {
+            Some(timed) => timed.run(Command::Flush),
+            None => self.core.flush(),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            volatile_cache: true,
+            native_fua: true,
+            barrier_write: self.core.barrier_write,
+            queue_depth: self.timed.as_ref().map(|t| t.model().queue_depth),
+        }
+    }
+
+    fn command_queue(&self) -> Option<&dyn CommandQueue> {
+        Some(self)
+    }
+
     fn counters(&self) -> &DeviceCounters {
-        &self.counters
+        &self.core.counters
     }
 
     fn describe(&self) -> String {
+        let barrier = if self.core.barrier_write {
+            ", barrier write"
+        } else {
+            ""
+        };
+        let timing = self
+            .timed
+            .as_ref()
+            .map_or(String::new(), |t| format!(", {}", t.model().describe()));
         format!(
-            "simulated device ({} MiB, volatile cache)",
-            self.size_bytes >> 20
+            "simulated device ({} MiB, volatile cache{barrier}{timing})",
+            self.core.size_bytes >> 20
         )
+    }
+}
+
+/// The simulator's own queue: timed by the latency model if there is one, otherwise every
+/// command completes inside `dispatch`, in dispatch order.
+impl CommandQueue for SimDevice {
+    fn dispatch(&self, command: Command, done: CommandDone) {
+        let checked = match &command {
+            Command::Write {
+                offset,
+                data,
+                flags,
+            } => check_range(self, DeviceOp::Write, *offset, data.len())
+                .and_then(|()| refuse_barrier(self, *offset, data, *flags)),
+            Command::Flush => Ok(()),
+        };
+        if let Err(e) = checked {
+            return done(Err(e));
+        }
+        match &self.timed {
+            Some(timed) => timed.dispatch(command, done),
+            None => done(self.core.execute(&command)),
+        }
+    }
+
+    fn keeps_dispatch_order(&self) -> bool {
+        true
     }
 }
 
@@ -418,5 +577,39 @@ pub(crate) mod tests {
         dev.clear_faults();
         dev.inject(SimFault::FailFlushes);
         assert!(dev.flush().is_err());
+    }
+
+    #[test]
+    fn barrier_writes_are_refused_without_barrier_support_and_logged_with_it() {
+        let plain = SimDevice::new(1 << 20);
+        let err = plain
+            .write(0, &[1u8; 512], WriteFlags::BARRIER)
+            .unwrap_err();
+        assert_eq!(err.errno(), libc::EOPNOTSUPP, "{err}");
+        assert!(!plain.capabilities().barrier_write);
+
+        let dev = SimDevice::new(1 << 20).with_barrier_write();
+        assert!(dev.capabilities().barrier_write);
+        dev.start_capture();
+        dev.write(0, &[1u8; 512], WriteFlags::BARRIER).unwrap();
+        dev.write(512, &[2u8; 512], WriteFlags::FUA).unwrap();
+        let cap = dev.take_capture().unwrap();
+        let kinds: Vec<&str> = cap
+            .ops()
+            .iter()
+            .map(|op| match op {
+                LoggedOp::Write { fua: false, .. } => "write",
+                LoggedOp::Write { fua: true, .. } => "fua",
+                LoggedOp::Barrier => "barrier",
+                LoggedOp::Flush => "flush",
+                LoggedOp::Mark(_) => "mark",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["write", "barrier", "flush", "fua"],
+            "a FUA write of a later epoch first persists the earlier one"
+        );
+        assert_eq!(read(&dev.crash(), 0), 1);
     }
 }

@@ -1,27 +1,55 @@
-//! The IO layer: requests with flags, and their dispatch to a [`BlockDevice`].
+//! The IO layer: the barrier-enabled IO stack of BarrierFS (`papers/004_…`) between the
+//! journal and a [`BlockDevice`]. Its parts, one module each:
 //!
-//! Every write carries [`IoFlags`] from the start, because the barrier-enabled IO stack
-//! (BarrierFS, `papers/004_…`) changes what they mean without changing who sets them:
+//! - `epoch`: the epoch-based scheduler (I = D: reorder and merge within an epoch, never
+//!   across a barrier; orderless writes go whenever they can);
+//! - `dispatch`: order-preserving dispatch (D = X on a device that keeps dispatch order:
+//!   the next epoch goes without waiting for the last one's transfer);
+//! - `engine`, `uring`, `threads`: how commands reach the device (inline, the device's own
+//!   queue, io_uring, a thread pool);
+//! - `ticket`: completions in three stages, dispatched, transferred, durable.
 //!
-//! - `PREFLUSH`: flush the device cache before this write (JBD2's commit block).
+//! Every write carries [`IoFlags`]:
+//!
+//! - `ORDERED`: this write belongs to the current epoch.
+//! - `BARRIER`: this write ends the current epoch (implies `ORDERED`). On a barrier-capable
+//!   device (the simulator's barrier mode; X = P) the last write of the epoch reaches the
+//!   device as a barrier write and nothing of a later epoch persists before the epoch.
+//!   On any other device the IO layer never pretends: the request's [`Fence`] says how the
+//!   boundary is kept, by a flush the IO layer issues ([`Fence::Flush`]) or by the caller
+//!   ([`Fence::Caller`]: dispatch in order, no persist order claimed).
+//! - `PREFLUSH`: a full drain before this write: everything issued before it transferred
+//!   and flushed, nothing issued after it dispatched first.
 //! - `FUA`: this write is durable when it completes.
-//! - `ORDERED`: this write must not be reordered before earlier ordered writes.
-//! - `BARRIER`: this write ends an epoch; on a barrier-capable device, nothing of a later
-//!   epoch becomes durable before all of this one.
 //!
-//! Today's scheduler is FIFO and dispatch is synchronous: a batch is issued in order, with
-//! adjacent contiguous writes merged into one device request, and a [`IoTicket`] that is
-//! already complete when [`IoQueue::submit`] returns. FIFO dispatch already preserves the
-//! order `ORDERED` and `BARRIER` ask for; what it cannot give without a flush is durability
-//! order, so callers that need it still use `PREFLUSH`/`FUA`. The epoch scheduler and
-//! order-preserving dispatch with a queue depth replace this module's internals, not its
-//! interface.
+//! [`IoQueue::new`] is today's synchronous queue (the inline engine, queue depth 1), which
+//! [`IoQueue::submit`], [`IoQueue::write`] and [`IoQueue::flush`] keep meaning what they
+//! meant: a batch is written when `wait` returns, `PREFLUSH`/`FUA` give durability order,
+//! and `ORDERED`/`BARRIER` cost nothing more (the caller waits anyway).
+//! [`IoQueue::with_config`] picks an asynchronous engine and a queue depth; [`IoQueue::issue`]
+//! returns at once with a ticket for each stage.
 //!
-//! This layer must never reorder requests within a batch, merge across a `PREFLUSH`, or
-//! report a batch complete when any part of it failed.
+//! io_uring and the thread engine were measured against each other with `jext bench
+//! io-order`; the figures and the choice are in `crate::engine`.
+//!
+//! This layer must never dispatch a write of a later epoch before the earlier epoch is
+//! released, send a barrier write to a device that cannot keep it, merge across a
+//! `PREFLUSH`, or report a batch complete when any part of it failed.
+
+mod dispatch;
+mod engine;
+mod epoch;
+mod threads;
+mod ticket;
+mod uring;
+
+pub use engine::EngineKind;
+pub use epoch::QueueStats;
+pub use ticket::IoTicket;
 
 use bitflags::bitflags;
-use jext_device::{BlockDevice, DeviceError};
+use dispatch::Dispatcher;
+use jext_device::{BlockDevice, Capabilities, DeviceError};
 use std::sync::Arc;
 
 pub use jext_device;
@@ -37,6 +65,20 @@ bitflags! {
     }
 }
 
+/// How the end of an epoch is kept on a device without a barrier write (on a device with
+/// one, the barrier write keeps it and no flush is issued).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Fence {
+    /// By a flush: nothing of the next epoch is dispatched until every write of this one
+    /// has transferred and a flush after that has completed. The caller does not wait.
+    #[default]
+    Flush,
+    /// By the caller: the next epoch is dispatched as soon as this one is, and the IO
+    /// layer claims no persist order between them (the journal's in-order recovery keeps
+    /// it).
+    Caller,
+}
+
 /// Bytes to write; shared so that a journal can hand the IO layer a frozen block without
 /// copying it.
 pub type IoBuf = Arc<[u8]>;
@@ -47,46 +89,112 @@ pub struct WriteRequest {
     pub offset: u64,
     pub data: IoBuf,
     pub flags: IoFlags,
+    /// How a `BARRIER` write's epoch end is kept on a device without a barrier write;
+    /// ignored on other writes.
+    pub fence: Fence,
 }
 
 impl WriteRequest {
+    /// A write; a barrier among `flags` is kept by a flush where the device cannot keep it.
     pub fn new(offset: u64, data: IoBuf, flags: IoFlags) -> WriteRequest {
         WriteRequest {
             offset,
             data,
             flags,
+            fence: Fence::Flush,
+        }
+    }
+
+    /// A barrier write (`ORDERED|BARRIER` and `extra`) ending the current epoch, kept by
+    /// `fence` where the device has no barrier write.
+    pub fn barrier(offset: u64, data: IoBuf, extra: IoFlags, fence: Fence) -> WriteRequest {
+        WriteRequest {
+            offset,
+            data,
+            flags: extra | IoFlags::ORDERED | IoFlags::BARRIER,
+            fence,
         }
     }
 }
 
-/// The completion of a submitted batch.
-#[must_use = "a ticket must be waited on to learn whether the IO succeeded"]
-pub struct IoTicket {
-    result: Result<(), DeviceError>,
+/// How a queue reaches its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoConfig {
+    pub engine: EngineKind,
+    /// Most commands in the device at once (the device's own limit, if lower, wins).
+    pub queue_depth: usize,
 }
 
-impl IoTicket {
-    /// Blocks until the batch completed, and reports the first failure if any.
-    pub fn wait(self) -> Result<(), DeviceError> {
-        self.result
+impl Default for IoConfig {
+    fn default() -> Self {
+        IoConfig {
+            engine: EngineKind::Auto,
+            queue_depth: 32,
+        }
     }
 }
-
-/// Largest single device write that merging may build.
-const MAX_MERGED_BYTES: usize = 8 << 20;
 
 /// The queue between the layers above and one device.
 pub struct IoQueue {
     device: Arc<dyn BlockDevice>,
+    dispatcher: Arc<Dispatcher>,
 }
 
 impl IoQueue {
+    /// Today's synchronous queue: each command runs on the calling thread.
     pub fn new(device: Arc<dyn BlockDevice>) -> IoQueue {
-        IoQueue { device }
+        let config = IoConfig {
+            engine: EngineKind::Inline,
+            queue_depth: 1,
+        };
+        IoQueue::with_config(device, config).expect("the inline engine works on every device")
+    }
+
+    /// A queue with the engine and depth of `config`.
+    pub fn with_config(
+        device: Arc<dyn BlockDevice>,
+        config: IoConfig,
+    ) -> Result<IoQueue, DeviceError> {
+        let sink = engine::Sink::default();
+        let engine = engine::build(config.engine, &device, config.queue_depth, sink.clone())?;
+        let caps = device.capabilities();
+        let depth = engine
+            .depth()
+            .min(config.queue_depth.max(1))
+            .min(caps.queue_depth.unwrap_or(usize::MAX));
+        let barrier_mode = caps.barrier_write && engine.keeps_dispatch_order();
+        let dispatcher = Arc::new(Dispatcher::new(
+            engine,
+            depth,
+            barrier_mode,
+            caps.volatile_cache,
+        ));
+        sink.connect(&dispatcher);
+        Ok(IoQueue { device, dispatcher })
     }
 
     pub fn device(&self) -> &Arc<dyn BlockDevice> {
         &self.device
+    }
+
+    /// What the device can do.
+    pub fn capabilities(&self) -> Capabilities {
+        self.device.capabilities()
+    }
+
+    /// Whether epochs are kept by the device's barrier write (else by fences).
+    pub fn barrier_mode(&self) -> bool {
+        self.dispatcher.barrier_mode()
+    }
+
+    /// The engine in use ("io_uring", "threads", "native", "inline").
+    pub fn engine_name(&self) -> &'static str {
+        self.dispatcher.engine_name()
+    }
+
+    /// Most commands in the device at once.
+    pub fn queue_depth(&self) -> usize {
+        self.dispatcher.depth()
     }
 
     /// Reads `buf.len()` bytes at `offset`.
@@ -94,12 +202,17 @@ impl IoQueue {
         self.device.read_at(offset, buf)
     }
 
-    /// Issues the writes in order. Adjacent contiguous writes are merged when neither
-    /// the later one asks for a preflush nor their FUA flags differ.
+    /// Issues a batch and returns at once; the ticket waits for each stage.
+    pub fn issue(&self, batch: Vec<WriteRequest>) -> IoTicket {
+        self.dispatcher.issue(batch, None)
+    }
+
+    /// Today's meaning: issues the writes, and the ticket's `wait` returns once they are
+    /// written (FUA ones durable). Adjacent contiguous writes are merged when the later one
+    /// asks for no preflush and their FUA flags agree. A barrier here never costs a flush:
+    /// the caller orders by waiting and by `PREFLUSH`/`FUA`.
     pub fn submit(&self, batch: Vec<WriteRequest>) -> IoTicket {
-        IoTicket {
-            result: self.dispatch(batch),
-        }
+        self.dispatcher.issue(batch, Some(Fence::Caller))
     }
 
     /// Writes one request and waits for it.
@@ -108,47 +221,23 @@ impl IoQueue {
             .wait()
     }
 
-    /// Makes every completed write durable.
+    /// Makes every write that completed before this call durable (one flush, shared with
+    /// any other caller that asks before it is dispatched).
     pub fn flush(&self) -> Result<(), DeviceError> {
-        self.device.flush()
+        let number = self.dispatcher.next_flush();
+        self.dispatcher.wait_for_flush(number)
     }
 
-    fn dispatch(&self, batch: Vec<WriteRequest>) -> Result<(), DeviceError> {
-        let mut i = 0;
-        while i < batch.len() {
-            let first = &batch[i];
-            if first.flags.contains(IoFlags::PREFLUSH) {
-                self.device.flush()?;
-            }
-            let fua = first.flags.contains(IoFlags::FUA);
-            let mut end = first.offset + first.data.len() as u64;
-            let mut run_len = first.data.len();
-            let mut j = i + 1;
-            while j < batch.len() {
-                let next = &batch[j];
-                let mergeable = next.offset == end
-                    && !next.flags.contains(IoFlags::PREFLUSH)
-                    && next.flags.contains(IoFlags::FUA) == fua
-                    && run_len + next.data.len() <= MAX_MERGED_BYTES;
-                if !mergeable {
-                    break;
-                }
-                end += next.data.len() as u64;
-                run_len += next.data.len();
-                j += 1;
-            }
-            if j == i + 1 {
-                self.device.write_at(first.offset, &first.data, fua)?;
-            } else {
-                let mut merged = Vec::with_capacity(run_len);
-                for req in &batch[i..j] {
-                    merged.extend_from_slice(&req.data);
-                }
-                self.device.write_at(first.offset, &merged, fua)?;
-            }
-            i = j;
-        }
-        Ok(())
+    /// What the queue saw since the last call (queue depth over time, commands, flushes).
+    pub fn take_stats(&self) -> QueueStats {
+        self.dispatcher.take_stats()
+    }
+}
+
+impl Drop for IoQueue {
+    /// Writes issued and not yet completed still go to the device before the queue goes.
+    fn drop(&mut self) {
+        self.dispatcher.drain();
     }
 }
 

@@ -40,6 +40,17 @@ pub enum Measured {
         seconds: f64,
         io: Option<IoCounts>,
     },
+    /// Device commands done in a wall-clock time, with the queue depth the IO layer saw
+    /// (`io-order`).
+    Queue {
+        ops: u64,
+        seconds: f64,
+        io: Option<IoCounts>,
+        mean_queue_depth: f64,
+        max_queue_depth: usize,
+        /// Whether barrier writes kept the order (else flushes did, or nothing did).
+        barrier_mode: bool,
+    },
     /// A long write with memory sampled along the way: the peaks seen.
     Memory {
         bytes: u64,
@@ -666,6 +677,118 @@ fn path_str(path: &Path) -> io::Result<&str> {
 
 /// Runs `work` and returns its result with the device requests the system made meanwhile
 /// (where they can be counted): the one way every experiment counts requests.
+/// How `io-order` keeps 4 KiB random writes in order (BarrierFS Fig. 9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderMode {
+    /// P: orderless writes, as many in flight as the queue takes.
+    Orderless,
+    /// B: every write a barrier write ending its own epoch; on a device without a barrier
+    /// write the IO layer keeps each epoch by a flush fence instead (the caller never waits).
+    Barrier,
+    /// X: Wait-on-Transfer, each write waited for before the next is issued.
+    WaitOnTransfer,
+    /// XnF: Transfer-and-Flush, each write waited for and then flushed.
+    TransferAndFlush,
+}
+
+impl OrderMode {
+    pub const ALL: [OrderMode; 4] = [
+        OrderMode::Orderless,
+        OrderMode::Barrier,
+        OrderMode::WaitOnTransfer,
+        OrderMode::TransferAndFlush,
+    ];
+
+    /// The paper's letter.
+    pub fn letter(self) -> &'static str {
+        match self {
+            OrderMode::Orderless => "P",
+            OrderMode::Barrier => "B",
+            OrderMode::WaitOnTransfer => "X",
+            OrderMode::TransferAndFlush => "XnF",
+        }
+    }
+
+    /// Writes of a run of this mode: Transfer-and-Flush gets a twentieth (a flush per write
+    /// makes it slow), never fewer than 20.
+    pub fn writes(self, count: usize) -> usize {
+        match self {
+            OrderMode::TransferAndFlush => (count / 20).max(20),
+            _ => count,
+        }
+    }
+}
+
+/// Where `io-order` writes: random 4 KiB blocks in the first 256 MiB of the device.
+const IO_ORDER_REGION_BYTES: u64 = 256 << 20;
+/// The IO layer's queue depth for `io-order` (the paper's SATA devices; the device's own
+/// limit wins where lower).
+const IO_ORDER_QUEUE_DEPTH: usize = 32;
+
+/// `io-order` (BarrierFS Fig. 9 and 10): `count` 4 KiB random writes through jext's IO
+/// layer in `mode`; IOPS and the queue depth the device saw. Like fio's iodepth, at most
+/// twice the queue depth of writes are outstanding at once.
+pub fn io_order(sys: &Running, mode: OrderMode, count: usize) -> io::Result<Measured> {
+    use jext_io::{Fence, IoConfig, IoFlags, IoQueue, WriteRequest};
+    let (device, engine) = sys.block_device()?;
+    let config = IoConfig {
+        engine,
+        queue_depth: IO_ORDER_QUEUE_DEPTH,
+    };
+    let queue = IoQueue::with_config(device, config).map_err(io::Error::other)?;
+    let window = 2 * queue.queue_depth();
+    let writes = mode.writes(count);
+    let mut x = xorshift_state(11);
+    let blocks = IO_ORDER_REGION_BYTES / BLOCK as u64;
+    let offsets: Vec<u64> = (0..writes)
+        .map(|_| (xorshift(&mut x) % blocks) * BLOCK as u64)
+        .collect();
+    let data: jext_io::IoBuf = pattern(BLOCK, 12).into();
+    let (seconds, io) = counted(sys, || {
+        queue.take_stats();
+        let start = Instant::now();
+        let mut outstanding = std::collections::VecDeque::new();
+        for &offset in &offsets {
+            check_interrupt()?;
+            let request = match mode {
+                OrderMode::Barrier => {
+                    WriteRequest::barrier(offset, data.clone(), IoFlags::empty(), Fence::Flush)
+                }
+                _ => WriteRequest::new(offset, data.clone(), IoFlags::empty()),
+            };
+            let ticket = queue.issue(vec![request]);
+            match mode {
+                OrderMode::Orderless | OrderMode::Barrier => {
+                    outstanding.push_back(ticket);
+                    if outstanding.len() >= window {
+                        let oldest: jext_io::IoTicket =
+                            outstanding.pop_front().expect("the window is full");
+                        oldest.wait_transferred().map_err(io::Error::other)?;
+                    }
+                }
+                OrderMode::WaitOnTransfer => ticket.wait_transferred().map_err(io::Error::other)?,
+                OrderMode::TransferAndFlush => {
+                    ticket.wait_transferred().map_err(io::Error::other)?;
+                    queue.flush().map_err(io::Error::other)?;
+                }
+            }
+        }
+        for ticket in outstanding {
+            ticket.wait_transferred().map_err(io::Error::other)?;
+        }
+        Ok(start.elapsed().as_secs_f64())
+    })?;
+    let stats = queue.take_stats();
+    Ok(Measured::Queue {
+        ops: writes as u64,
+        seconds,
+        io,
+        mean_queue_depth: stats.mean_queue_depth,
+        max_queue_depth: stats.max_queue_depth,
+        barrier_mode: queue.barrier_mode(),
+    })
+}
+
 fn counted<T>(
     sys: &Running,
     work: impl FnOnce() -> io::Result<T>,

@@ -14,12 +14,14 @@ pub mod rig;
 pub mod stats;
 pub mod systems;
 
-use experiments::{After, Measured, Placement, SqlitePhase};
+use experiments::{After, Measured, OrderMode, Placement, SqlitePhase};
 use jext::DataMode;
+use jext_device::Preset;
+use jext_io::EngineKind;
 use rig::Scratch;
 use std::io;
 use std::path::PathBuf;
-use systems::{Backing, System};
+use systems::{Backing, BlockTarget, System};
 
 /// The experiments this harness knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,10 +49,14 @@ pub enum Experiment {
     /// filebench varmail's shape: delete, create+write+fsync, append+fsync, read, over many
     /// small files in a few threads (ops/s); mounted systems only.
     Varmail,
+    /// BarrierFS Fig. 9/10 at the block level: 4 KiB random writes orderless, as barrier
+    /// writes, with Wait-on-Transfer and with Transfer-and-Flush, through jext's IO layer
+    /// on the simulated presets and on real backings (IOPS, queue depth).
+    IoOrder,
 }
 
 impl Experiment {
-    pub const ALL: [Experiment; 10] = [
+    pub const ALL: [Experiment; 11] = [
         Experiment::Seq,
         Experiment::FsyncLatency,
         Experiment::Memory,
@@ -61,6 +67,7 @@ impl Experiment {
         Experiment::Untar,
         Experiment::Sqlite,
         Experiment::Varmail,
+        Experiment::IoOrder,
     ];
 
     pub fn name(self) -> &'static str {
@@ -75,6 +82,7 @@ impl Experiment {
             Experiment::Untar => "untar",
             Experiment::Sqlite => "sqlite",
             Experiment::Varmail => "varmail",
+            Experiment::IoOrder => "io-order",
         }
     }
 
@@ -113,11 +121,15 @@ impl Experiment {
                 .into_iter()
                 .flat_map(|p| writes(p, &[After::Fsync, After::Fdatasync]))
                 .collect(),
+            Experiment::IoOrder => OrderMode::ALL.into_iter().map(Variant::Order).collect(),
         }
     }
 
     /// Whether the experiment means anything for this system.
     pub fn applies_to(self, system: &System) -> bool {
+        if matches!(system, System::Block(_)) != (self == Experiment::IoOrder) {
+            return false;
+        }
         match self {
             Experiment::Memory => matches!(system, System::Jext { .. }),
             // Programs need a path: a kernel or FUSE mount.
@@ -160,6 +172,8 @@ pub enum Variant {
     Writes(Placement, After),
     /// `sqlite`: this journal mode, this kind of transaction.
     Sqlite(experiments::SqliteJournal, experiments::SqlitePhase),
+    /// `io-order`: writes kept in order so.
+    Order(OrderMode),
 }
 
 impl Variant {
@@ -184,6 +198,7 @@ impl Variant {
                 format!("{placement} + {after}")
             }
             Variant::Sqlite(journal, phase) => format!("{} {}", journal.name(), phase.name()),
+            Variant::Order(mode) => mode.letter().into(),
         }
     }
 }
@@ -213,6 +228,8 @@ pub struct BenchOptions {
     pub sqlite_phases: Vec<experiments::SqlitePhase>,
     /// Cycles (four operations each) of each `varmail` thread.
     pub varmail_cycles_per_thread: usize,
+    /// 4 KiB writes of each `io-order` run (a twentieth for Transfer-and-Flush).
+    pub io_order_writes: usize,
     /// Where scratch images live (their disk is the disk under test).
     pub dir: PathBuf,
     /// The systems under test, in the order they alternate.
@@ -234,6 +251,7 @@ impl BenchOptions {
             sqlite_transactions: 500,
             sqlite_phases: SqlitePhase::ALL.to_vec(),
             varmail_cycles_per_thread: 500,
+            io_order_writes: 4000,
             dir,
             systems: systems(running_as_root()),
         }
@@ -253,6 +271,7 @@ impl BenchOptions {
             sqlite_transactions: 100,
             sqlite_phases: vec![SqlitePhase::Insert],
             varmail_cycles_per_thread: 50,
+            io_order_writes: 1000,
             dir,
             systems: headline_systems(running_as_root()),
         }
@@ -287,7 +306,7 @@ pub fn headline_systems(root: bool) -> Vec<System> {
             System::Jext { mode, .. } => *mode != DataMode::Writeback,
             System::Ext4 { options, .. } => matches!(*options, "data=ordered" | "data=journal"),
             System::JextFuse { mode } => *mode == DataMode::Ordered,
-            System::RawFile | System::RawLoop | System::Fuse2fs => true,
+            System::RawFile | System::RawLoop | System::Fuse2fs | System::Block(_) => true,
         })
         .collect()
 }
@@ -330,6 +349,22 @@ pub fn systems(root: bool) -> Vec<System> {
         all.extend(modes.map(|mode| System::JextFuse { mode }));
         all.push(System::Fuse2fs);
     }
+    all.extend(block_systems(root));
+    all
+}
+
+/// The devices of `io-order`: the simulated presets, and each real backing through both
+/// engines the IO layer has for it.
+fn block_systems(root: bool) -> Vec<System> {
+    let mut all: Vec<System> = Preset::ALL
+        .into_iter()
+        .map(|p| System::Block(BlockTarget::Sim(p)))
+        .collect();
+    let engines = [EngineKind::Uring, EngineKind::Threads];
+    if root {
+        all.extend(engines.map(|e| System::Block(BlockTarget::Loop(e))));
+    }
+    all.extend(engines.map(|e| System::Block(BlockTarget::File(e))));
     all
 }
 
@@ -411,7 +446,8 @@ fn run_one(
         | Experiment::IoPerFsync
         | Experiment::Untar
         | Experiment::Sqlite
-        | Experiment::Varmail => 1 << 30,
+        | Experiment::Varmail
+        | Experiment::IoOrder => 1 << 30,
     };
     let running = system.set_up(scratch, image_bytes)?;
     let measured = match (experiment, variant) {
@@ -435,6 +471,9 @@ fn run_one(
         }
         (Experiment::Sqlite, Variant::Sqlite(journal, phase)) => {
             experiments::sqlite(&running, journal, phase, opts.sqlite_transactions)?
+        }
+        (Experiment::IoOrder, Variant::Order(mode)) => {
+            experiments::io_order(&running, mode, opts.io_order_writes)?
         }
         _ => unreachable!("{experiment:?} has no variant {variant:?}"),
     };
@@ -551,7 +590,7 @@ mod tests {
     #[test]
     fn all_names_every_experiment_once() {
         let all = Experiment::parse("all").unwrap();
-        assert_eq!(all.len(), 10);
+        assert_eq!(all.len(), 11);
         for e in all {
             assert_eq!(Experiment::parse(e.name()).unwrap(), vec![e]);
         }

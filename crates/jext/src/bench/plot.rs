@@ -213,6 +213,7 @@ fn colour(system: &System) -> RGBColor {
         System::Ext4 { .. } => RGBColor(255, 127, 14),
         System::Fuse2fs => RGBColor(44, 160, 44),
         System::RawFile | System::RawLoop => RGBColor(127, 127, 127),
+        System::Block(_) => RGBColor(148, 103, 189),
     }
 }
 

@@ -31,6 +31,16 @@ pub fn one_line(outcome: &Result<Measured, String>) -> String {
             None => "no samples".into(),
         },
         Ok(Measured::Ops { ops, seconds, .. }) => format!("{:.0} ops/s", *ops as f64 / seconds),
+        Ok(Measured::Queue {
+            ops,
+            seconds,
+            mean_queue_depth,
+            max_queue_depth,
+            ..
+        }) => format!(
+            "{:.0} IOPS, queue depth {mean_queue_depth:.1} (max {max_queue_depth})",
+            *ops as f64 / seconds
+        ),
         Ok(Measured::Memory {
             bytes,
             seconds,
@@ -64,6 +74,9 @@ struct Aggregate<'a> {
     background_mib_per_s: Option<f64>,
     /// Requests summed over repetitions, and the operations they served.
     io: Option<(IoCounts, u64)>,
+    /// Median mean queue depth, largest queue depth, and whether barrier writes kept the
+    /// order (io-order).
+    queue: Option<(f64, usize, bool)>,
     errors: Vec<String>,
 }
 
@@ -107,6 +120,9 @@ fn aggregate_one<'a>(
     });
     let mut ops = 0u64;
     let mut errors = Vec::new();
+    let mut depths = Vec::new();
+    let mut max_depth = 0;
+    let mut by_barrier = false;
     for s in samples
         .iter()
         .filter(|s| s.experiment == experiment && s.variant == variant && &s.system == system)
@@ -136,6 +152,21 @@ fn aggregate_one<'a>(
                 ops += done;
                 io
             }
+            Ok(Measured::Queue {
+                ops: done,
+                seconds,
+                io,
+                mean_queue_depth,
+                max_queue_depth,
+                barrier_mode,
+            }) => {
+                op_rates.push(*done as f64 / seconds);
+                ops += done;
+                depths.push(*mean_queue_depth);
+                max_depth = max_depth.max(*max_queue_depth);
+                by_barrier = *barrier_mode;
+                io
+            }
             // Memory runs have their own table, drawn from the samples directly.
             Ok(Measured::Memory { .. }) => continue,
             Err(e) => {
@@ -157,6 +188,7 @@ fn aggregate_one<'a>(
         latency: LatencySummary::of_ns(&latencies),
         background_mib_per_s: median(&background_rates),
         io: io_sum.filter(|_| ops > 0).map(|io| (io, ops)),
+        queue: median(&depths).map(|d| (d, max_depth, by_barrier)),
         errors,
     }
 }
@@ -183,7 +215,8 @@ pub struct Metric {
 /// The headline figure of each experiment (none for `memory`, which has no ratio).
 pub fn metric(experiment: Experiment) -> Option<Metric> {
     let (unit, higher_is_better) = match experiment {
-        Experiment::Memory => return None,
+        // io-order compares ordering modes with each other, not systems with ext4.
+        Experiment::Memory | Experiment::IoOrder => return None,
         Experiment::Seq => ("MiB/s", true),
         Experiment::FsyncLatency | Experiment::FsyncTail => ("mean µs per fsync", false),
         Experiment::Sqlite => ("µs per transaction", false),
@@ -283,6 +316,7 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
                 &grid,
                 Unit::MicrosPerOp,
             ),
+            Experiment::IoOrder => io_order_table(&mut out, &grid),
         }
         for (variant, rows) in &grid {
             for row in rows.iter().filter(|r| !r.errors.is_empty()) {
@@ -474,6 +508,81 @@ fn io_per_sync_table(out: &mut String, grid: &[(Variant, Vec<Aggregate>)]) {
     }
 }
 
+/// io-order: per device, P's IOPS, every mode as a ratio to P, the queue depth of each, and
+/// flushes per write of the barrier mode (0 where barrier writes kept the order).
+fn io_order_table(out: &mut String, grid: &[(Variant, Vec<Aggregate>)]) {
+    let _ = writeln!(
+        out,
+        "### io-order: 4 KiB random writes through jext's IO layer, ordered four ways (BarrierFS Fig. 9/10)\n\n\
+         P orderless, B barrier write per write (a flush fence where the device has no barrier write), \
+         X Wait-on-Transfer, XnF Transfer-and-Flush; ratios to P of the same device in this run; \
+         QD = mean commands in the device (max). Simulated devices run {}× slower than their class.\n",
+        super::systems::SIM_SLOWDOWN
+    );
+    let modes: Vec<Variant> = grid.iter().map(|(v, _)| *v).collect();
+    let _ = writeln!(
+        out,
+        "| device | B kept by | P IOPS | {} | {} | B flushes/write |",
+        modes
+            .iter()
+            .skip(1)
+            .map(|v| format!("{} × P", v.label()))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        modes
+            .iter()
+            .map(|v| format!("QD {}", v.label()))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
+    let _ = writeln!(out, "|---|---|{}", "---:|".repeat(2 * modes.len() + 1));
+    let Some((_, first_rows)) = grid.first() else {
+        return;
+    };
+    let row_of = |variant: Variant, system: &System| {
+        grid.iter()
+            .find(|(v, _)| *v == variant)
+            .and_then(|(_, rows)| reference(rows, system))
+    };
+    for row in first_rows {
+        let p = row.ops_per_sec;
+        let ratios: Vec<String> = modes
+            .iter()
+            .skip(1)
+            .map(|&v| {
+                let rate = row_of(v, row.system).and_then(|r| r.ops_per_sec);
+                match rate.and_then(|r| ratio(r, p)) {
+                    // Transfer-and-Flush on a plain SSD is a fraction of a percent of P.
+                    Some(r) if r < 0.1 => format!("{r:.3}×"),
+                    r => fmt_ratio(r),
+                }
+            })
+            .collect();
+        let depths: Vec<String> = modes
+            .iter()
+            .map(|&v| match row_of(v, row.system).and_then(|r| r.queue) {
+                Some((mean, max, _)) => format!("{mean:.1} ({max})"),
+                None => "–".into(),
+            })
+            .collect();
+        let barrier = modes.get(1).and_then(|&v| row_of(v, row.system));
+        let kept_by = match barrier.and_then(|r| r.queue) {
+            Some((_, _, true)) => "barrier write",
+            Some((_, _, false)) => "flush fence",
+            None => "–",
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {kept_by} | {} | {} | {} | {} |",
+            row.system.name(),
+            p.map_or("–".into(), |p| format!("{p:.0}")),
+            ratios.join(" | "),
+            depths.join(" | "),
+            io_per_op_cells(barrier.and_then(|r| r.io))[2],
+        );
+    }
+}
+
 fn seq_table(out: &mut String, rows: &[Aggregate]) {
     let _ = writeln!(out, "### seq: sequential write, then one fsync\n");
     let _ = writeln!(out, "| system | MiB/s | × raw (same backing) | × ext4 ordered | writes | MiB written | flushes |");
@@ -612,6 +721,15 @@ pub fn json(samples: &[Sample], header: &Value) -> Value {
                     v["ops"] = json!(ops);
                     v["seconds"] = json!(seconds);
                     v["ops_per_sec"] = json!(*ops as f64 / seconds);
+                    v["io"] = io_json(io);
+                }
+                Ok(Measured::Queue { ops, seconds, io, mean_queue_depth, max_queue_depth, barrier_mode }) => {
+                    v["ops"] = json!(ops);
+                    v["seconds"] = json!(seconds);
+                    v["ops_per_sec"] = json!(*ops as f64 / seconds);
+                    v["mean_queue_depth"] = json!(mean_queue_depth);
+                    v["max_queue_depth"] = json!(max_queue_depth);
+                    v["barrier_mode"] = json!(barrier_mode);
                     v["io"] = io_json(io);
                 }
                 Ok(Measured::Memory { bytes, seconds, peak_rss_bytes, peak_cache_bytes, cache_bound_bytes }) => {

@@ -1,7 +1,8 @@
 //! The systems a benchmark compares, each set up fresh on its own backing and torn down
 //! after one run: the raw floor (an image file, or a loop device with O_DIRECT), jext
 //! through the library in each data mode and through its FUSE mount, Linux ext4 mounted on
-//! a loop device, and fuse2fs.
+//! a loop device, and fuse2fs; and for the block-level experiment, devices driven through
+//! jext's IO layer directly (simulated presets, the image file, a loop device).
 //!
 //! Promises: every loop-backed system sits on the same kind of backing (a loop device with
 //! direct I/O over a sparse image in the scratch directory), so ratios compare file systems,
@@ -11,6 +12,8 @@
 
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
 use jext::{mkfs, DataMode, Fs, MkfsOptions, MountOptions};
+use jext_device::{LatencyModel, Preset, SimDevice};
+use jext_io::EngineKind;
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
@@ -43,6 +46,31 @@ pub enum System {
     JextFuse { mode: DataMode },
     /// fuse2fs (e2fsprogs' user-space ext4) on a loop device made by mkfs.ext4.
     Fuse2fs,
+    /// A device driven through jext's IO layer with no file system (`io-order`).
+    Block(BlockTarget),
+}
+
+/// A device of the block-level experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockTarget {
+    /// The simulator with barrier writes, timed by a preset slowed by [`SIM_SLOWDOWN`].
+    Sim(Preset),
+    /// The image file, through this engine.
+    File(EngineKind),
+    /// A loop device with direct I/O over the image file, through this engine.
+    Loop(EngineKind),
+}
+
+/// How much slower than the device class the simulator runs: its commands then take
+/// hundreds of µs, so this machine's own thread wake-ups (tens of µs) stay small beside
+/// them. Ratios between ordering modes do not depend on it.
+pub const SIM_SLOWDOWN: u64 = 20;
+
+impl BlockTarget {
+    /// The simulated device of a preset, as the experiment runs it.
+    pub fn sim_model(preset: Preset) -> LatencyModel {
+        preset.model().slowed(SIM_SLOWDOWN)
+    }
 }
 
 impl System {
@@ -65,6 +93,11 @@ impl System {
             System::Ext4 { options, features } => format!("ext4 {options} -O {features}"),
             System::JextFuse { mode } => format!("jext {} (FUSE)", mode_name(*mode)),
             System::Fuse2fs => "fuse2fs".into(),
+            System::Block(BlockTarget::Sim(preset)) => format!("sim {} (barrier)", preset.name()),
+            System::Block(BlockTarget::File(engine)) => format!("image file ({})", engine.name()),
+            System::Block(BlockTarget::Loop(engine)) => {
+                format!("loop O_DIRECT ({})", engine.name())
+            }
         }
     }
 
@@ -76,11 +109,21 @@ impl System {
                     backing: Backing::File,
                     ..
                 }
+                | System::Block(BlockTarget::Sim(_) | BlockTarget::File(_))
         )
     }
 
     /// Makes the system ready on a fresh image of `image_bytes` in `scratch`.
     pub fn set_up(&self, scratch: &Scratch, image_bytes: u64) -> io::Result<Running> {
+        if let System::Block(BlockTarget::Sim(preset)) = self {
+            let sim = SimDevice::new(image_bytes)
+                .with_barrier_write()
+                .with_latency(BlockTarget::sim_model(*preset));
+            return Ok(Running {
+                target: Target::Block(Arc::new(sim), EngineKind::Native),
+                device: None,
+            });
+        }
         let image = scratch.image("bench.img", image_bytes)?;
         let device = if self.needs_root() {
             Some(LoopDevice::attach(&image)?)
@@ -116,6 +159,17 @@ impl System {
                 mkfs_ext4(dev, "")?;
                 Target::Mounted(Mount::fuse2fs(dev.path_str(), &point)?)
             }
+            (System::Block(BlockTarget::Sim(_)), _) => {
+                unreachable!("the simulator was set up above")
+            }
+            (System::Block(BlockTarget::File(engine)), _) => Target::Block(
+                jext::open_device(&image, false).map_err(io::Error::other)?,
+                *engine,
+            ),
+            (System::Block(BlockTarget::Loop(engine)), Some(dev)) => Target::Block(
+                jext::open_device(&dev.path, false).map_err(io::Error::other)?,
+                *engine,
+            ),
             (_, None) => {
                 return Err(io::Error::other(format!(
                     "{} needs a loop device",
@@ -174,6 +228,8 @@ enum Target {
     Raw(std::fs::File),
     Jext(Fs),
     Mounted(Mount),
+    /// A device for the IO layer, and the engine to drive it with.
+    Block(Arc<dyn jext::BlockDevice>, EngineKind),
 }
 
 /// Device requests a system caused.
@@ -212,6 +268,7 @@ impl Running {
     /// A new file; raw systems give each name its own region of the device.
     pub fn create(&self, name: &str, region: u64) -> io::Result<BenchFile> {
         match &self.target {
+            Target::Block(..) => Err(io::Error::other("a block-level system has no files")),
             Target::Raw(file) => Ok(BenchFile::Raw {
                 file: file.try_clone()?,
                 base: region,
@@ -225,6 +282,14 @@ impl Running {
                 let path: PathBuf = mount.point.join(name);
                 Ok(BenchFile::Vfs(std::fs::File::create(path)?))
             }
+        }
+    }
+
+    /// The device and engine of a block-level system.
+    pub fn block_device(&self) -> io::Result<(Arc<dyn jext::BlockDevice>, EngineKind)> {
+        match &self.target {
+            Target::Block(device, engine) => Ok((device.clone(), *engine)),
+            _ => Err(io::Error::other("not a block-level system")),
         }
     }
 
@@ -247,8 +312,12 @@ impl Running {
 
     /// Requests the device has seen so far, where they can be counted.
     pub fn io(&self) -> io::Result<Option<IoCounts>> {
-        if let Target::Jext(fs) = &self.target {
-            let c = fs.counters();
+        let counters = match &self.target {
+            Target::Jext(fs) => Some(fs.counters()),
+            Target::Block(device, _) => Some(device.counters().snapshot()),
+            _ => None,
+        };
+        if let Some(c) = counters {
             return Ok(Some(IoCounts {
                 writes: c.writes,
                 write_bytes: c.write_bytes,

@@ -127,13 +127,14 @@ fn header(opts: &BenchOptions, quick: bool) -> serde_json::Value {
         "memory_bytes": opts.memory_bytes,
         "sqlite_transactions": opts.sqlite_transactions,
         "varmail_cycles_per_thread": opts.varmail_cycles_per_thread,
+        "io_order_writes": opts.io_order_writes,
         "systems": opts.systems.iter().map(|s| s.name()).collect::<Vec<_>>(),
     })
 }
 
 fn header_markdown(h: &serde_json::Value) -> String {
     format!(
-        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} fsyncs, memory {} GiB, sqlite {} transactions per phase, varmail {} cycles per thread. \
+        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} fsyncs, memory {} GiB, sqlite {} transactions per phase, varmail {} cycles per thread, io-order {} writes per mode. \
          Loop devices use direct I/O; jext counts its own requests, the kernel's are read from /sys/block/loopN/stat.\n",
         h["date"].as_str().unwrap_or("?"),
         h["kernel"].as_str().unwrap_or("?"),
@@ -148,5 +149,6 @@ fn header_markdown(h: &serde_json::Value) -> String {
         h["memory_bytes"].as_u64().unwrap_or(0) >> 30,
         h["sqlite_transactions"],
         h["varmail_cycles_per_thread"],
+        h["io_order_writes"],
     )
 }

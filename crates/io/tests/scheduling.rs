@@ -1,0 +1,451 @@
+//! The epoch scheduler and order-preserving dispatch, seen from the device: a scripted
+//! device records the commands and completes them in whatever order the test picks.
+
+mod common;
+
+use common::{Event, Scripted, Seen};
+use jext_io::jext_device::{BlockDevice, WriteFlags};
+use jext_io::{EngineKind, Fence, IoConfig, IoFlags, IoQueue, IoTicket, WriteRequest};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+const BLOCK: u64 = 4096;
+
+fn queue(dev: &Arc<Scripted>, depth: usize) -> IoQueue {
+    let config = IoConfig {
+        engine: EngineKind::Native,
+        queue_depth: depth,
+    };
+    IoQueue::with_config(dev.clone(), config).unwrap()
+}
+
+fn block(byte: u8) -> Arc<[u8]> {
+    Arc::from(vec![byte; BLOCK as usize])
+}
+
+/// What a test issued: one write per block.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Orderless,
+    Ordered,
+    Barrier(Fence),
+}
+
+fn request(index: u64, kind: Kind) -> WriteRequest {
+    let data = block(index as u8 + 1);
+    match kind {
+        Kind::Orderless => WriteRequest::new(index * BLOCK, data, IoFlags::empty()),
+        Kind::Ordered => WriteRequest::new(index * BLOCK, data, IoFlags::ORDERED),
+        Kind::Barrier(fence) => WriteRequest::barrier(index * BLOCK, data, IoFlags::empty(), fence),
+    }
+}
+
+/// Each issued block's epoch (ordered writes only) and each epoch's fence.
+struct Issued {
+    epoch_of: HashMap<u64, u64>,
+    fences: Vec<Fence>,
+}
+
+impl Issued {
+    fn new() -> Issued {
+        Issued {
+            epoch_of: HashMap::new(),
+            fences: Vec::new(),
+        }
+    }
+
+    fn note(&mut self, index: u64, kind: Kind) {
+        let epoch = self.fences.len() as u64;
+        match kind {
+            Kind::Orderless => {}
+            Kind::Ordered => {
+                self.epoch_of.insert(index, epoch);
+            }
+            Kind::Barrier(fence) => {
+                self.epoch_of.insert(index, epoch);
+                self.fences.push(fence);
+            }
+        }
+    }
+}
+
+/// Checks the device's log against the promises of the epoch scheduler.
+fn check_order(events: &[Event], issued: &Issued, barrier_mode: bool) {
+    let mut dispatched_at: HashMap<u64, usize> = HashMap::new();
+    let mut completed_at: HashMap<u64, usize> = HashMap::new();
+    let mut id_blocks: HashMap<usize, Vec<u64>> = HashMap::new();
+    // (dispatch index, completion index) of every flush.
+    let mut flushes: Vec<(usize, Option<usize>)> = Vec::new();
+    let mut flush_ids: HashMap<usize, usize> = HashMap::new();
+    let mut last_barrier_of: HashMap<u64, (usize, bool)> = HashMap::new();
+    for (i, event) in events.iter().enumerate() {
+        match event {
+            Event::Dispatched {
+                id,
+                command: Seen::Flush,
+            } => {
+                flush_ids.insert(*id, flushes.len());
+                flushes.push((i, None));
+            }
+            Event::Dispatched {
+                id,
+                command: Seen::Write { offset, len, flags },
+            } => {
+                let blocks: Vec<u64> = (offset / BLOCK..(offset + len) / BLOCK).collect();
+                let epochs: Vec<u64> = blocks
+                    .iter()
+                    .filter_map(|b| issued.epoch_of.get(b).copied())
+                    .collect();
+                assert!(
+                    epochs.windows(2).all(|w| w[0] == w[1]),
+                    "one command mixes epochs {epochs:?}"
+                );
+                assert!(
+                    barrier_mode || !flags.contains(WriteFlags::BARRIER),
+                    "a barrier write reached a device without one"
+                );
+                if let Some(&k) = epochs.first() {
+                    last_barrier_of.insert(k, (i, flags.contains(WriteFlags::BARRIER)));
+                    check_epoch_released(
+                        k,
+                        i,
+                        issued,
+                        barrier_mode,
+                        &dispatched_at,
+                        &completed_at,
+                        &flushes,
+                    );
+                } else {
+                    assert!(
+                        !flags.contains(WriteFlags::BARRIER),
+                        "an orderless command carries the barrier"
+                    );
+                }
+                for b in &blocks {
+                    dispatched_at.insert(*b, i);
+                }
+                id_blocks.insert(*id, blocks);
+            }
+            Event::Completed { id } => {
+                if let Some(f) = flush_ids.get(id) {
+                    flushes[*f].1 = Some(i);
+                }
+                for b in id_blocks.get(id).into_iter().flatten() {
+                    completed_at.insert(*b, i);
+                }
+            }
+        }
+    }
+    if barrier_mode {
+        for (epoch, _) in issued.fences.iter().enumerate() {
+            if let Some((_, barrier)) = last_barrier_of.get(&(epoch as u64)) {
+                assert!(
+                    barrier,
+                    "the last command of epoch {epoch} carries no barrier"
+                );
+            }
+        }
+    }
+}
+
+/// At event `at`, a write of epoch `k` goes: every earlier epoch must be released.
+fn check_epoch_released(
+    k: u64,
+    at: usize,
+    issued: &Issued,
+    barrier_mode: bool,
+    dispatched_at: &HashMap<u64, usize>,
+    completed_at: &HashMap<u64, usize>,
+    flushes: &[(usize, Option<usize>)],
+) {
+    for (&b, &e) in &issued.epoch_of {
+        if e >= k {
+            continue;
+        }
+        assert!(
+            dispatched_at.get(&b).is_some_and(|&d| d < at),
+            "block {b} of epoch {e} not dispatched before epoch {k} went (event {at})"
+        );
+        if barrier_mode || issued.fences[e as usize] == Fence::Caller {
+            continue;
+        }
+        let done = completed_at.get(&b).copied().unwrap_or_else(|| {
+            panic!("block {b} of flush-fenced epoch {e} not transferred before epoch {k}")
+        });
+        assert!(
+            flushes
+                .iter()
+                .any(|&(d, c)| d > done && c.is_some_and(|c| c < at)),
+            "no flush after block {b} of epoch {e} completed before epoch {k} went"
+        );
+    }
+}
+
+fn kind_strategy() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        3 => Just(Kind::Orderless),
+        4 => Just(Kind::Ordered),
+        1 => Just(Kind::Barrier(Fence::Flush)),
+        1 => Just(Kind::Barrier(Fence::Caller)),
+    ]
+}
+
+/// A batch of kinds, then how many completions (and which) before the next batch.
+fn steps() -> impl Strategy<Value = Vec<(Vec<Kind>, Vec<usize>)>> {
+    prop::collection::vec(
+        (
+            prop::collection::vec(kind_strategy(), 1..6),
+            prop::collection::vec(0usize..16, 0..5),
+        ),
+        1..10,
+    )
+}
+
+fn run_steps(barrier: bool, depth: usize, blocks: Vec<u64>, steps: Vec<(Vec<Kind>, Vec<usize>)>) {
+    let dev = Scripted::new(barrier, depth);
+    let q = queue(&dev, depth);
+    assert_eq!(q.barrier_mode(), barrier);
+    let mut issued = Issued::new();
+    let mut tickets: Vec<IoTicket> = Vec::new();
+    let mut next = blocks.into_iter();
+    for (kinds, completions) in steps {
+        let batch: Vec<WriteRequest> = kinds
+            .iter()
+            .map(|&kind| {
+                let index = next.next().expect("enough blocks");
+                issued.note(index, kind);
+                request(index, kind)
+            })
+            .collect();
+        tickets.push(q.issue(batch));
+        for c in completions {
+            dev.complete(c);
+        }
+    }
+    dev.complete_all();
+    for t in &tickets {
+        t.wait_transferred().unwrap();
+    }
+    check_order(&dev.events(), &issued, barrier);
+    for &b in issued.epoch_of.keys() {
+        let mut got = vec![0u8; BLOCK as usize];
+        q.read(b * BLOCK, &mut got).unwrap();
+        assert_eq!(got[0], b as u8 + 1);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn no_write_crosses_an_epoch(
+        barrier in any::<bool>(),
+        depth in 1usize..6,
+        blocks in Just((0u64..64).collect::<Vec<_>>()).prop_shuffle(),
+        steps in steps(),
+    ) {
+        run_steps(barrier, depth, blocks, steps);
+    }
+}
+
+#[test]
+fn writes_of_one_epoch_sort_and_merge_and_the_last_takes_the_barrier() {
+    for barrier in [true, false] {
+        let dev = Scripted::new(barrier, 8);
+        let q = queue(&dev, 8);
+        let first = q.issue(vec![
+            request(2, Kind::Ordered),
+            request(0, Kind::Ordered),
+            request(3, Kind::Orderless),
+            request(1, Kind::Barrier(Fence::Caller)),
+        ]);
+        let second = q.issue(vec![request(4, Kind::Barrier(Fence::Caller))]);
+        dev.complete_all();
+        first.wait_transferred().unwrap();
+        second.wait_transferred().unwrap();
+        let barrier_flag = if barrier {
+            WriteFlags::BARRIER
+        } else {
+            WriteFlags::empty()
+        };
+        let writes: Vec<Seen> = dev
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Dispatched { command, .. } => Some(command),
+                Event::Completed { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            writes,
+            vec![
+                Seen::Write {
+                    offset: 0,
+                    len: 4 * BLOCK,
+                    flags: barrier_flag
+                },
+                Seen::Write {
+                    offset: 4 * BLOCK,
+                    len: BLOCK,
+                    flags: barrier_flag
+                },
+            ],
+            "barrier mode {barrier}: one epoch merged whole, the next not merged into it"
+        );
+    }
+}
+
+#[test]
+fn on_a_barrier_device_the_next_epoch_goes_before_the_last_one_transferred() {
+    let dev = Scripted::new(true, 8);
+    let q = queue(&dev, 8);
+    let a = q.issue(vec![request(0, Kind::Barrier(Fence::Flush))]);
+    let b = q.issue(vec![request(5, Kind::Barrier(Fence::Flush))]);
+    assert!(
+        a.is_dispatched() && b.is_dispatched(),
+        "Wait-on-Dispatch, not on transfer"
+    );
+    assert_eq!(dev.held(), 2, "both in the device at once, no flush");
+    dev.complete_all();
+
+    let dev = Scripted::new(false, 8);
+    let q = queue(&dev, 8);
+    let a = q.issue(vec![request(0, Kind::Barrier(Fence::Flush))]);
+    let b = q.issue(vec![request(5, Kind::Barrier(Fence::Flush))]);
+    assert!(
+        a.is_dispatched() && !b.is_dispatched(),
+        "held behind the fence"
+    );
+    dev.complete(0);
+    assert!(
+        !b.is_dispatched(),
+        "transferred is not enough: the flush comes first"
+    );
+    assert_eq!(
+        dev.events().last(),
+        Some(&Event::Dispatched {
+            id: 1,
+            command: Seen::Flush
+        })
+    );
+    dev.complete(0);
+    assert!(
+        b.is_dispatched(),
+        "the flush completed: the next epoch goes"
+    );
+    dev.complete_all();
+    let c = q.issue(vec![request(9, Kind::Barrier(Fence::Caller))]);
+    let d = q.issue(vec![request(10, Kind::Ordered)]);
+    assert!(
+        c.is_dispatched() && d.is_dispatched(),
+        "a caller-kept fence holds nothing back"
+    );
+    dev.complete_all();
+}
+
+#[test]
+fn stages_come_in_order_and_durability_costs_one_shared_flush() {
+    let dev = Scripted::new(false, 1);
+    let q = Arc::new(queue(&dev, 1));
+    let t = q.issue(vec![
+        request(0, Kind::Orderless),
+        request(7, Kind::Orderless),
+    ]);
+    assert!(!t.is_dispatched(), "queue depth 1: the second write waits");
+    dev.complete(0);
+    assert!(t.is_dispatched() && !t.is_transferred());
+    dev.complete(0);
+    assert!(t.is_transferred());
+    t.wait_transferred().unwrap();
+    let fua = q.issue(vec![WriteRequest::new(BLOCK * 9, block(9), IoFlags::FUA)]);
+    dev.complete(0);
+    fua.wait_durable().unwrap();
+    let flushes_before = dev.sim.counters().snapshot().flushes;
+    assert_eq!(flushes_before, 0, "a FUA write needs no flush");
+
+    let tickets: Vec<IoTicket> = [11, 12, 13]
+        .map(|b| q.issue(vec![request(b, Kind::Orderless)]))
+        .into();
+    dev.complete_all();
+    let waiters: Vec<_> = std::iter::once(t)
+        .chain(tickets)
+        .map(|t| std::thread::spawn(move || t.wait_durable()))
+        .collect();
+    while dev.held() == 0 {
+        std::thread::yield_now();
+    }
+    assert!(dev.complete(0), "the flush");
+    for w in waiters {
+        w.join().unwrap().unwrap();
+    }
+    assert_eq!(
+        dev.sim.counters().snapshot().flushes,
+        1,
+        "one flush for four waiters"
+    );
+    assert_eq!(dev.held(), 0);
+    let crashed = dev.sim.crash();
+    let mut b = vec![0u8; 512];
+    crashed.read_at(7 * BLOCK, &mut b).unwrap();
+    assert_eq!(b[0], 8, "durable means it survives the crash");
+}
+
+#[test]
+fn a_failed_write_fails_its_ticket_and_everything_ordered_after_it() {
+    for barrier in [true, false] {
+        let dev = Scripted::new(barrier, 8);
+        dev.fail_writes_at(0);
+        let q = queue(&dev, 8);
+        let first = q.issue(vec![request(0, Kind::Barrier(Fence::Flush))]);
+        let second = q.issue(vec![request(2, Kind::Barrier(Fence::Flush))]);
+        let orderless = q.issue(vec![request(20, Kind::Orderless)]);
+        dev.complete_all();
+        assert!(first.wait_transferred().is_err());
+        let err = second.wait_transferred().unwrap_err();
+        assert!(
+            err.to_string().contains("earlier ordered write failed"),
+            "{err}"
+        );
+        orderless.wait_transferred().unwrap();
+        let later = q.issue(vec![request(4, Kind::Ordered)]);
+        assert!(
+            later.wait_transferred().is_err(),
+            "order past a failure cannot be kept"
+        );
+        let dispatched_second = dev.events().iter().any(|e| {
+            matches!(e, Event::Dispatched { command: Seen::Write { offset, .. }, .. } if *offset == 2 * BLOCK)
+        });
+        assert_eq!(
+            dispatched_second, barrier,
+            "with a barrier write the next epoch was already in the device; without, it never left"
+        );
+    }
+}
+
+#[test]
+fn overlapping_writes_land_in_issue_order() {
+    let dev = Scripted::new(false, 8);
+    let q = queue(&dev, 8);
+    let older = q.issue(vec![WriteRequest::new(
+        0,
+        Arc::from(vec![1u8; 8192]),
+        IoFlags::empty(),
+    )]);
+    let newer = q.issue(vec![WriteRequest::new(
+        4096,
+        Arc::from(vec![2u8; 4096]),
+        IoFlags::empty(),
+    )]);
+    assert!(
+        !newer.is_dispatched(),
+        "waits for the older write to transfer"
+    );
+    dev.complete(0);
+    dev.complete_all();
+    older.wait_transferred().unwrap();
+    newer.wait_transferred().unwrap();
+    let mut b = vec![0u8; 8192];
+    q.read(0, &mut b).unwrap();
+    assert_eq!((b[0], b[4096]), (1, 2));
+}
