@@ -113,6 +113,12 @@ fn core_ops() -> Vec<Op> {
 /// sample's seed keeps naming the same workload.
 fn later_ops() -> Vec<Op> {
     vec![
+        Op::Fallocate {
+            path: s("/A/foo"),
+            offset: 2048,
+            len: 12288,
+            mode: Falloc::ZeroRange,
+        },
         Op::SetAcl {
             path: s("/A/foo"),
             uid: 1000,

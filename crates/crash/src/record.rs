@@ -375,8 +375,9 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
             mode,
         } => {
             let mode = FallocateMode {
-                keep_size: *mode != Falloc::Allocate,
+                keep_size: matches!(mode, Falloc::KeepSize | Falloc::PunchHole),
                 punch_hole: *mode == Falloc::PunchHole,
+                zero_range: *mode == Falloc::ZeroRange,
             };
             fs.fallocate(fs.resolve(path)?, *offset, *len, mode)
         }

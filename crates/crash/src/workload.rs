@@ -16,6 +16,8 @@ pub enum Falloc {
     Allocate,
     KeepSize,
     PunchHole,
+    /// `FALLOC_FL_ZERO_RANGE`: zeros, the blocks kept allocated, the size grown.
+    ZeroRange,
 }
 
 /// One file-system call. Paths are absolute, `/`-separated.
@@ -126,6 +128,7 @@ impl fmt::Display for Op {
                     Falloc::Allocate => "",
                     Falloc::KeepSize => " keep-size",
                     Falloc::PunchHole => " punch-hole",
+                    Falloc::ZeroRange => " zero-range",
                 };
                 write!(f, "fallocate{mode} {path} {len}@{offset}")
             }

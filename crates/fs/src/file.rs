@@ -30,8 +30,10 @@ const READAHEAD_PAGES: u64 = 64;
 const WRITEBACK_BATCH_PAGES: usize = 2048;
 /// Metadata blocks (extent and bitmap blocks) a preallocation may need besides its data.
 const ALLOCATION_METADATA_BLOCKS: u64 = 16;
-/// Largest file: 2^32 blocks, as extents address.
-const MAX_FILE_BLOCKS: u64 = 1 << 32;
+/// Largest file: 2^32 - 1 blocks, as ext4 limits extent-mapped files (`ext4_max_size`:
+/// logical block numbers are 32 bits and a run's end must fit too), so every logical
+/// block and every run end fits a `u32`.
+const MAX_FILE_BLOCKS: u64 = (1 << 32) - 1;
 
 fn load_regular(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
     crate::inodes::load(fs, st, ino)?;
@@ -629,7 +631,8 @@ pub(crate) fn fallocate(
 ) -> FsResult<()> {
     load_regular(fs, st, ino)?;
     crate::tx::check_writable(fs, st)?;
-    crate::inode_guard::check_fallocate(ino, st.inodes[&ino].raw.flags(), !mode.punch_hole)?;
+    let only_allocates = !mode.punch_hole && !mode.zero_range;
+    crate::inode_guard::check_fallocate(ino, st.inodes[&ino].raw.flags(), only_allocates)?;
     let bs = u64::from(fs.geo.block_size);
     let end = offset
         .checked_add(len)
@@ -639,6 +642,11 @@ pub(crate) fn fallocate(
     };
     if mode.punch_hole {
         return punch_hole(fs, st, ino, offset, end);
+    }
+    if mode.zero_range {
+        // A hole, then unwritten blocks over it: reads give zeros, the space stays
+        // allocated, and the size grows unless asked not to, as ext4's zero range.
+        punch_hole(fs, st, ino, offset, end)?;
     }
     let raw = st.inodes[&ino].raw.clone();
     let mut holes = Vec::new();

@@ -69,8 +69,9 @@ fn evict_unused(st: &mut FsState) {
 }
 
 /// A new record: the given type and permissions, owner, times set to `now`, one link
-/// (two for directories), and an empty extent tree for files, directories and long
-/// symlinks.
+/// (two for directories), the flags it inherits from its directory (`parent_flags`, as
+/// ext4's `EXT4_FL_INHERITED`: `chattr +j` or `+x` on a directory reaches what is made in
+/// it), and an empty extent tree for files, directories and long symlinks.
 pub(crate) fn new_record(
     fs: &FsInner,
     mode: u32,
@@ -78,6 +79,7 @@ pub(crate) fn new_record(
     gid: u32,
     generation: u32,
     now: Timestamp,
+    parent_flags: u32,
 ) -> Inode {
     let extra = WANT_EXTRA_ISIZE.min((fs.geo.inode_size as usize - GOOD_OLD_INODE_SIZE) as u16);
     let mut raw = Inode::new(fs.geo.inode_size as usize, extra);
@@ -100,8 +102,9 @@ pub(crate) fn new_record(
         1
     };
     raw.set_links_count(links);
+    raw.set_flags(flags::mask_for_mode(mode, parent_flags & flags::INHERITED));
     if matches!(kind, Some(FileKind::Regular | FileKind::Directory)) {
-        raw.set_flags(flags::EXTENTS);
+        raw.set_flags(raw.flags() | flags::EXTENTS);
         extent_tree::init_root(raw.i_block_mut());
     }
     raw

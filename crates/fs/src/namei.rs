@@ -209,7 +209,16 @@ fn create_in(
     let generation = tx.st.next_generation;
     tx.st.next_generation = generation.wrapping_add(1);
     let t = now();
-    let raw = new_record(tx.fs, node.mode, node.uid, node.gid, generation, t);
+    let parent_flags = tx.inode(parent)?.raw.flags();
+    let raw = new_record(
+        tx.fs,
+        node.mode,
+        node.uid,
+        node.gid,
+        generation,
+        t,
+        parent_flags,
+    );
     tx.st.inodes.insert(ino, InodeInfo::new(raw));
     match kind {
         FileKind::Directory => {
@@ -243,6 +252,24 @@ fn create_in(
     touch_dir(tx, parent, t)?;
     tx.write_inode(parent)?;
     Ok(ino)
+}
+
+/// The whiteout `RENAME_WHITEOUT` leaves where the source was: a character device 0:0
+/// with no permissions, as ext4 makes it.
+fn leave_whiteout(tx: &mut Tx, parent: u32, name: &[u8], uid: u32, gid: u32) -> FsResult<()> {
+    let node = NewNode {
+        mode: FileKind::CharDevice.mode_bits(),
+        uid,
+        gid,
+        rdev: 0,
+        symlink_target: None,
+        umask: 0,
+    };
+    let none = NewAcls {
+        access: None,
+        default: None,
+    };
+    create_in(tx, parent, name, FileKind::CharDevice, node, &none).map(drop)
 }
 
 /// A symlink's target: in `i_block` when short ("fast"), else in one data block.
@@ -457,9 +484,9 @@ pub(crate) fn rename(
     dst_name: &[u8],
     flags: RenameFlags,
 ) -> FsResult<()> {
-    if flags.exchange && flags.no_replace {
+    if flags.exchange && (flags.no_replace || flags.whiteout.is_some()) {
         return Err(FsError::Invalid(
-            "RENAME_EXCHANGE and RENAME_NOREPLACE together".into(),
+            "RENAME_EXCHANGE with RENAME_NOREPLACE or RENAME_WHITEOUT".into(),
         ));
     }
     for name in [src_name, dst_name] {
@@ -544,7 +571,12 @@ pub(crate) fn rename(
     let r = if flags.exchange {
         exchange(&mut tx, &moves, dst.expect("exchange has a target")).map(|()| None)
     } else {
-        move_over(&mut tx, &moves, dst)
+        move_over(&mut tx, &moves, dst).and_then(|replaced| {
+            if let Some((uid, gid)) = flags.whiteout {
+                leave_whiteout(&mut tx, src_parent, src_name, uid, gid)?;
+            }
+            Ok(replaced)
+        })
     };
     // The moved inodes' names changed: fdatasync through a new name waits for this
     // transaction (see `link`).

@@ -8,7 +8,8 @@
 //! An operation that fails after it changed something must not commit half of itself:
 //! [`Tx::end`] aborts the journal in that case (the file system goes read-only), while a
 //! failure before any change (the usual ENOENT, EEXIST, ENOSPC checks) just stops the
-//! handle.
+//! handle. A panic (a bug) half-way through a `Tx` aborts the journal too, as the `Tx`
+//! unwinds: its handle would otherwise stop and let the half-made change commit.
 
 use crate::error::{FsError, FsResult};
 use crate::format::inode::Inode;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 pub(crate) struct Tx<'a> {
     pub fs: &'a FsInner,
     pub st: &'a mut FsState,
-    handle: Handle,
+    handle: Option<Handle>,
     /// Something was changed through this handle.
     dirtied: bool,
 }
@@ -34,18 +35,27 @@ impl<'a> Tx<'a> {
         Ok(Tx {
             fs,
             st,
-            handle,
+            handle: Some(handle),
             dirtied: false,
         })
     }
 
+    fn handle(&mut self) -> &mut Handle {
+        self.handle
+            .as_mut()
+            .expect("a Tx has its handle until it ends")
+    }
+
     pub fn tid(&self) -> Tid {
-        self.handle.tid()
+        self.handle
+            .as_ref()
+            .expect("a Tx has its handle until it ends")
+            .tid()
     }
 
     /// Ends the operation: on success the handle stops; on failure after changes the
     /// journal is aborted so the partial operation never commits.
-    pub fn end<T>(self, result: FsResult<T>) -> FsResult<T> {
+    pub fn end<T>(mut self, result: FsResult<T>) -> FsResult<T> {
         if let Err(err) = &result {
             if self.dirtied {
                 let reason = format!("an operation failed after changing metadata: {err}");
@@ -53,7 +63,9 @@ impl<'a> Tx<'a> {
                 self.st.error.get_or_insert(reason);
             }
         }
-        self.handle.stop();
+        if let Some(handle) = self.handle.take() {
+            handle.stop();
+        }
         result
     }
 
@@ -74,7 +86,7 @@ impl<'a> Tx<'a> {
         change: impl FnOnce(&mut [u8]) -> R,
     ) -> FsResult<R> {
         self.dirtied = true;
-        Ok(self.handle.modify(buf, change)?)
+        Ok(self.handle().modify(buf, change)?)
     }
 
     /// A freshly allocated block: zeroed in the cache (never read) and journaled.
@@ -85,7 +97,7 @@ impl<'a> Tx<'a> {
 
     /// The block no longer holds metadata: older logged copies must not come back.
     pub fn forget_block(&mut self, block: u64) -> FsResult<()> {
-        self.handle.revoke(block)?;
+        self.handle().revoke(block)?;
         self.fs.cache.forget(block);
         Ok(())
     }
@@ -140,6 +152,16 @@ impl<'a> Tx<'a> {
     }
 }
 
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.handle.is_some() && self.dirtied && std::thread::panicking() {
+            let reason = "a bug (a panic) interrupted an operation that had changed metadata";
+            self.fs.journal.abort(reason.into());
+            self.st.error.get_or_insert(reason.into());
+        }
+    }
+}
+
 /// Fails if the file system must not change.
 pub(crate) fn check_writable(fs: &FsInner, st: &FsState) -> FsResult<()> {
     if fs.is_read_only() {
@@ -183,5 +205,30 @@ impl MetaIo for Tx<'_> {
 
     fn free_data_blocks(&mut self, start: u64, count: u64) -> FsResult<()> {
         crate::alloc::free_blocks(self, start, count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{mkfs, Fs, MkfsOptions, MountOptions};
+    use jext_device::SimDevice;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    #[test]
+    fn a_panic_inside_a_transaction_aborts_the_journal() {
+        let dev = Arc::new(SimDevice::new(64 << 20));
+        mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
+        let fs = Fs::open(dev, MountOptions::default()).unwrap();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            fs.with_state(|inner, st| {
+                let mut tx = Tx::begin(inner, st, 4).unwrap();
+                tx.write_superblock().unwrap();
+                panic!("a bug half-way through an operation");
+            })
+        }));
+        assert!(outcome.is_err());
+        let err = fs.create_file("/after", 0o644).err().expect("writes stop");
+        assert_eq!(err.errno(), libc::EROFS, "{err}");
     }
 }

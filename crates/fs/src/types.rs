@@ -195,6 +195,9 @@ pub struct RenameFlags {
     pub no_replace: bool,
     /// Swap source and target atomically; both must exist.
     pub exchange: bool,
+    /// Leave a whiteout (a character device 0:0, what overlayfs reads as "deleted") at the
+    /// source name, owned by this (uid, gid), in the same transaction (`RENAME_WHITEOUT`).
+    pub whiteout: Option<(u32, u32)>,
 }
 
 /// What `fallocate` does.
@@ -204,6 +207,8 @@ pub struct FallocateMode {
     pub keep_size: bool,
     /// Free the range, leaving a hole (`FALLOC_FL_PUNCH_HOLE`, implies keep_size).
     pub punch_hole: bool,
+    /// Make the range read as zeros, its blocks still allocated (`FALLOC_FL_ZERO_RANGE`).
+    pub zero_range: bool,
 }
 
 /// What `statfs` returns.

@@ -476,6 +476,7 @@ impl Runner<'_> {
                 FallocateMode {
                     keep_size: keep,
                     punch_hole: punch,
+                    zero_range: false,
                 },
             )
             .unwrap();

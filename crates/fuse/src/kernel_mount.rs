@@ -57,6 +57,13 @@ impl MountRequest {
                 "noatime" => flags |= libc::MS_NOATIME,
                 "atime" => flags &= !(libc::MS_NOATIME | libc::MS_RELATIME),
                 "relatime" => flags |= libc::MS_RELATIME,
+                "norelatime" => flags &= !libc::MS_RELATIME,
+                "strictatime" => {
+                    flags = (flags | libc::MS_STRICTATIME) & !(libc::MS_RELATIME | libc::MS_NOATIME)
+                }
+                "nodiratime" => flags |= libc::MS_NODIRATIME,
+                "diratime" => flags &= !libc::MS_NODIRATIME,
+                "lazytime" => flags |= libc::MS_LAZYTIME,
                 "sync" => flags |= libc::MS_SYNCHRONOUS,
                 "async" => flags &= !libc::MS_SYNCHRONOUS,
                 "dirsync" => flags |= libc::MS_DIRSYNC,
@@ -232,6 +239,57 @@ pub fn unmount(mountpoint: &Path) -> io::Result<()> {
             e.kind(),
             format!("umount {}: {e}", mountpoint.display()),
         ));
+    }
+    Ok(())
+}
+
+/// Makes `mountpoint` show the file system mounted at `existing` (a bind mount), with the
+/// VFS flags of `request` as its own: a second mount of an image its daemon already serves.
+pub fn bind(existing: &Path, mountpoint: &Path, request: &MountRequest) -> io::Result<()> {
+    let (source, target) = (c_path(existing)?, c_path(mountpoint)?);
+    // SAFETY: both paths are NUL-terminated strings that outlive the call; a bind mount
+    // needs no type or data.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!(
+                "bind mount of {} on {}: {e}",
+                existing.display(),
+                mountpoint.display()
+            ),
+        ));
+    }
+    if request.flags() != 0 {
+        // A bind mount takes its own flags only from a remount of the bind.
+        let flags = request.flags() | libc::MS_REMOUNT | libc::MS_BIND;
+        // SAFETY: as above.
+        let rc = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                target.as_ptr(),
+                std::ptr::null(),
+                flags,
+                std::ptr::null(),
+            )
+        };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            let _ = unmount(mountpoint);
+            return Err(io::Error::new(
+                e.kind(),
+                format!("flags of the bind mount {}: {e}", mountpoint.display()),
+            ));
+        }
     }
     Ok(())
 }

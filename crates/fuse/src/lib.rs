@@ -13,7 +13,7 @@ mod loop_device;
 mod ops;
 pub mod options;
 
-pub use kernel_mount::{remount, unmount, KernelMount, MountKind, MountRequest};
+pub use kernel_mount::{bind, remount, unmount, KernelMount, MountKind, MountRequest};
 pub use ops::JextFuse;
 pub use options::FuseOptions;
 

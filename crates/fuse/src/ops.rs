@@ -532,7 +532,7 @@ impl Filesystem for JextFuse {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -540,13 +540,18 @@ impl Filesystem for JextFuse {
         flags: FuseRenameFlags,
         reply: ReplyEmpty,
     ) {
-        let known = FuseRenameFlags::RENAME_NOREPLACE | FuseRenameFlags::RENAME_EXCHANGE;
+        let known = FuseRenameFlags::RENAME_NOREPLACE
+            | FuseRenameFlags::RENAME_EXCHANGE
+            | FuseRenameFlags::RENAME_WHITEOUT;
         if !known.contains(flags) {
             return reply.error(Errno::EINVAL);
         }
         let how = RenameFlags {
             no_replace: flags.contains(FuseRenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(FuseRenameFlags::RENAME_EXCHANGE),
+            whiteout: flags
+                .contains(FuseRenameFlags::RENAME_WHITEOUT)
+                .then(|| (req.uid(), req.gid())),
         };
         let result = to_ext4(parent).and_then(|p| {
             let np = to_ext4(newparent)?;
@@ -868,15 +873,18 @@ impl Filesystem for JextFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
+        let known =
+            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
         if mode & !known != 0 {
             return reply.error(Errno::EOPNOTSUPP);
         }
         let how = FallocateMode {
             keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
             punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
+            zero_range: mode & libc::FALLOC_FL_ZERO_RANGE != 0,
         };
-        if how.punch_hole && !how.keep_size {
+        // A punched hole never grows the file, and is no zero range.
+        if how.punch_hole && (!how.keep_size || how.zero_range) {
             return reply.error(Errno::EOPNOTSUPP);
         }
         empty(

@@ -46,9 +46,25 @@ impl Default for FuseOptions {
     }
 }
 
-const VFS_FLAGS: [&str; 13] = [
-    "nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime", "sync", "async",
-    "dirsync", "relatime", "defaults",
+const VFS_FLAGS: [&str; 18] = [
+    "nosuid",
+    "suid",
+    "nodev",
+    "dev",
+    "noexec",
+    "exec",
+    "noatime",
+    "atime",
+    "sync",
+    "async",
+    "dirsync",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nodiratime",
+    "diratime",
+    "lazytime",
+    "defaults",
 ];
 const MOUNT8_BOOKKEEPING: [&str; 7] = [
     "_netdev", "auto", "noauto", "user", "nouser", "nofail", "loop",

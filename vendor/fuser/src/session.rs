@@ -541,7 +541,15 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                             req.reply::<ReplyEmpty>().ok();
                             return Ok(());
                         } else {
-                            req.dispatch(self)
+                            // jext patch: a panic in the file system answers this request
+                            // with EIO (its reply is dropped unanswered) and the thread
+                            // serves on, instead of the mount losing a request thread.
+                            let dispatched = std::panic::catch_unwind(
+                                std::panic::AssertUnwindSafe(|| req.dispatch(self)),
+                            );
+                            if dispatched.is_err() {
+                                error!("a file system method panicked; answered EIO");
+                            }
                         }
                     }
                     // Quit loop on illegal request

@@ -99,6 +99,29 @@ pub mod flags {
     /// that is neither a file nor a directory may (`EXT4_OTHER_FLMASK`).
     pub const REGULAR_FILE_MASK: u32 = !(DIRSYNC | TOPDIR | CASEFOLD | PROJINHERIT);
     pub const OTHER_MASK: u32 = NODUMP | NOATIME;
+    /// Flags a new inode takes from its directory (ext4's `EXT4_FL_INHERITED`).
+    pub const INHERITED: u32 = SECRM
+        | UNRM
+        | COMPR
+        | SYNC
+        | NODUMP
+        | NOATIME
+        | NOCOMPR
+        | JOURNAL_DATA
+        | NOTAIL
+        | DIRSYNC
+        | PROJINHERIT
+        | CASEFOLD
+        | DAX;
+
+    /// What an inode of `mode` may carry of `flags` (ext4's `ext4_mask_flags`).
+    pub fn mask_for_mode(mode: u32, flags: u32) -> u32 {
+        match mode & 0o170000 {
+            0o040000 => flags,
+            0o100000 => flags & REGULAR_FILE_MASK,
+            _ => flags & OTHER_MASK,
+        }
+    }
 }
 
 /// A time as ext4 stores it.

@@ -7,6 +7,7 @@ mod crash;
 mod demo;
 mod files;
 mod mount;
+mod mounts;
 mod progress;
 mod tools;
 

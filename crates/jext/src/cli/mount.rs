@@ -20,6 +20,7 @@
 //! Must never leave a daemon serving a mount nobody can find: the daemon's pid is recorded
 //! under `/run/jext`, named after the mount point.
 
+use super::mounts::{is_jext_mount, jext_mounts};
 use jext::{Fs, FsError};
 use jext_fuse::{FuseOptions, MountKind, Mounted};
 use std::path::{Path, PathBuf};
@@ -43,6 +44,8 @@ pub fn mount(image: &Path, mountpoint: &Path, options: Option<&str>, foreground:
     };
     let result = if opts.remount {
         remount(mountpoint, &opts)
+    } else if let Some(existing) = super::mounts::mount_of(image) {
+        second_mount_point(image, &existing, mountpoint, &opts)
     } else if foreground {
         serve(image, mountpoint, &opts)
     } else {
@@ -115,6 +118,32 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
 
 fn open_error(image: &Path, e: FsError) -> String {
     format!("cannot open {}: {e}", image.display())
+}
+
+/// A second mount of a mounted image: the new mount point shows the same file system, as a
+/// second kernel mount of one ext4 device would (see `mounts`).
+fn second_mount_point(
+    image: &Path,
+    existing: &super::mounts::JextMount,
+    mountpoint: &Path,
+    opts: &FuseOptions,
+) -> Result<(), String> {
+    let mountpoint = absolute(mountpoint)?;
+    let fs_options = jext::MountOptions {
+        read_only: false,
+        ..opts.fs.clone()
+    };
+    if fs_options != jext::MountOptions::default() {
+        eprintln!(
+            "jext mount: {} is already mounted on {}; {} shows that file system, whose \
+             options are those of its first mount",
+            image.display(),
+            existing.mountpoint.display(),
+            mountpoint.display()
+        );
+    }
+    let request = jext_fuse::mount_request(opts, 0);
+    jext_fuse::bind(&existing.mountpoint, &mountpoint, &request).map_err(|e| e.to_string())
 }
 
 /// Opens the image as its owner. A read-only mount of a writable image owns it too (as a
@@ -247,23 +276,6 @@ fn start_daemon(image: &Path, mountpoint: &Path, options: Option<&str>) -> Resul
     }
 }
 
-/// Whether `/proc/self/mountinfo` lists a jext FUSE mount on `mountpoint`.
-pub fn is_jext_mount(mountpoint: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = mountpoint.to_string_lossy();
-    info.lines().any(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let fstype = line
-            .split(" - ")
-            .nth(1)
-            .and_then(|rest| rest.split(' ').next());
-        fields.get(4) == Some(&want.as_ref())
-            && fstype.is_some_and(|t| t == "fuseblk.jext" || t == "fuse.jext")
-    })
-}
-
 /// Whether process `pid` still runs: a zombie (ended, not yet reaped by its parent, as a
 /// `-f` daemon whose parent shell has not waited) does not.
 fn process_alive(pid: u32) -> bool {
@@ -286,12 +298,21 @@ pub fn umount(mountpoint: &Path) -> i32 {
     let daemon = std::fs::read_to_string(pid_file(&mountpoint))
         .ok()
         .and_then(|p| p.trim().parse::<u32>().ok());
+    let source = jext_mounts()
+        .into_iter()
+        .find(|m| m.mountpoint == mountpoint)
+        .map(|m| m.source);
     // `-i`: never the umount.fuse.jext helper, which is this command.
     let out = Command::new("umount").arg("-i").arg(&mountpoint).output();
     match out {
         Ok(o) if o.status.success() => {}
         Ok(o) => return fail("umount", String::from_utf8_lossy(&o.stderr).trim()),
         Err(e) => return fail("umount", &format!("cannot run umount: {e}")),
+    }
+    let still_served = source.is_some_and(|s| jext_mounts().iter().any(|m| m.source == s));
+    if still_served {
+        // Another mount point shows the same file system: its daemon serves on.
+        return 0;
     }
     if let Some(pid) = daemon {
         let alive = || process_alive(pid);
