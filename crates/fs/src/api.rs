@@ -331,6 +331,7 @@ impl Fs {
         }
         let raw = info.raw.clone();
         let listed = dir::list(self.inner(), ino, &raw, cookie)?;
+        crate::inodes::note_access(self.inner(), st.inodes.get_mut(&ino).expect("loaded"));
         let mut out = Vec::with_capacity(listed.len());
         for l in listed {
             let kind = match FileKind::from_dirent_type(l.file_type) {

@@ -58,6 +58,7 @@ pub(crate) fn read(
     len: usize,
 ) -> FsResult<Vec<u8>> {
     load_regular(fs, st, ino)?;
+    crate::inodes::note_access(fs, st.inodes.get_mut(&ino).expect("loaded"));
     let size = st.inodes[&ino].size;
     if offset >= size || len == 0 {
         return Ok(Vec::new());

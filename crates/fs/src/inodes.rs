@@ -110,6 +110,33 @@ pub(crate) fn new_record(
     raw
 }
 
+/// A read of the inode `info` (file data, or a directory's entries): moves its access
+/// time as the mount's policy says (`noatime`, `relatime`, `strictatime`, `nodiratime`), in
+/// memory only, as Linux keeps atime lazily: the writeback thread (or the next sync of the
+/// inode) journals it.
+pub(crate) fn note_access(fs: &FsInner, info: &mut InodeInfo) {
+    use crate::options::AtimeUpdates;
+    if fs.is_read_only() || (info.is_dir() && fs.options.no_dir_atime) {
+        return;
+    }
+    let now = inode_time(Timestamp::now());
+    let atime = info.raw.atime();
+    let due = match fs.options.atime {
+        AtimeUpdates::Never => false,
+        AtimeUpdates::Always => true,
+        AtimeUpdates::Relative => {
+            const DAY_SECONDS: i64 = 24 * 60 * 60;
+            atime <= info.raw.mtime()
+                || atime <= info.raw.ctime()
+                || now.seconds - atime.seconds >= DAY_SECONDS
+        }
+    };
+    if due && atime != now {
+        info.raw.set_atime(now);
+        info.dirty = true;
+    }
+}
+
 pub(crate) fn time(t: InodeTime) -> Timestamp {
     Timestamp {
         seconds: t.seconds,

@@ -40,7 +40,7 @@ pub use error::{FsError, FsResult};
 pub use fsck::{fsck, FsckReport};
 pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::MountReport;
-pub use options::{DataMode, ErrorBehavior, MountOptions};
+pub use options::{AtimeUpdates, DataMode, ErrorBehavior, MountOptions};
 pub use types::{
     DirEntry, FallocateMode, FileKind, Ino, RenameFlags, SetAttr, Stat, StatFs, Timestamp, ROOT_INO,
 };

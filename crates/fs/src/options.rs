@@ -43,6 +43,19 @@ impl fmt::Display for DataMode {
     }
 }
 
+/// When a read moves a file's access time (the mount's `noatime`, `relatime`, `strictatime`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AtimeUpdates {
+    /// `noatime`: never.
+    Never,
+    /// `relatime` (Linux's default): when the access time is not newer than the modify or
+    /// change time, or is a day old.
+    #[default]
+    Relative,
+    /// `strictatime`: at every read.
+    Always,
+}
+
 /// What to do when the file system meets an error on disk (ext4 `errors=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ErrorBehavior {
@@ -67,6 +80,10 @@ pub struct MountOptions {
     /// ext4 `acl` (the default) / `noacl`: POSIX ACLs are kept, inherited and in step with
     /// the mode; with `noacl` their xattr names are refused (EOPNOTSUPP).
     pub acl: bool,
+    /// `noatime` / `relatime` (default) / `strictatime`.
+    pub atime: AtimeUpdates,
+    /// `nodiratime`: reading a directory never moves its access time.
+    pub no_dir_atime: bool,
 }
 
 impl Default for MountOptions {
@@ -79,6 +96,8 @@ impl Default for MountOptions {
             cache_size_bytes: 256 << 20,
             barrier: true,
             acl: true,
+            atime: AtimeUpdates::Relative,
+            no_dir_atime: false,
         }
     }
 }
@@ -159,6 +178,23 @@ impl MountOptions {
             "acl" | "noacl" => {
                 no_value()?;
                 self.acl = name == "acl";
+            }
+            "noatime" => {
+                no_value()?;
+                self.atime = AtimeUpdates::Never;
+            }
+            "relatime" | "atime" | "norelatime" => {
+                // Linux makes plain `atime` relative unless `strictatime` is given.
+                no_value()?;
+                self.atime = AtimeUpdates::Relative;
+            }
+            "strictatime" => {
+                no_value()?;
+                self.atime = AtimeUpdates::Always;
+            }
+            "nodiratime" | "diratime" => {
+                no_value()?;
+                self.no_dir_atime = name == "nodiratime";
             }
             "cache_size" => self.cache_size_bytes = parse_size(name, need_value()?)?,
             other => return Err(FsError::Invalid(format!("unknown mount option {other:?}"))),

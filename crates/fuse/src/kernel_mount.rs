@@ -33,6 +33,8 @@ pub struct MountRequest {
     pub vfs_flags: Vec<&'static str>,
     /// The file system's block size (a `fuseblk` mount reports it as the device's).
     pub block_size: u32,
+    /// Mount as `fuseblk` when a block device can be had (else plain `fuse`).
+    pub blkdev: bool,
 }
 
 impl MountRequest {
@@ -109,20 +111,23 @@ impl KernelMount {
         let is_block_device = std::fs::metadata(image)?.file_type().is_block_device();
         // Held until the kernel has the device; dropping it then leaves the mount as its
         // only user, so the device detaches when the mount goes.
-        let attached = if is_block_device {
+        let attached = if is_block_device || !request.blkdev {
             None
         } else {
             LoopDevice::attach(image).ok()
         };
-        let (kind, source) = match (&attached, is_block_device) {
+        let (kind, source) = match (&attached, is_block_device && request.blkdev) {
             (_, true) => (MountKind::Fuseblk, image.to_path_buf()),
             (Some(device), false) => (MountKind::Fuseblk, device.path().to_path_buf()),
             (None, false) => (MountKind::Fuse, image.to_path_buf()),
         };
         let data = connection_options(&fuse, mountpoint, request, kind)?;
-        let fstype = match kind {
-            MountKind::Fuseblk => "fuseblk.jext",
-            MountKind::Fuse => "fuse.jext",
+        let fstype = match (kind, request.blkdev) {
+            (MountKind::Fuseblk, _) => "fuseblk.jext",
+            (MountKind::Fuse, true) => "fuse.jext",
+            // `noblkdev`: the form a libfuse program mounts without a subtype, which is
+            // what fstests' FSTYP=fuse recognizes (its source is the image file itself).
+            (MountKind::Fuse, false) => "fuse",
         };
         sys_mount(&source, mountpoint, fstype, request.flags(), &data).map_err(|e| {
             io::Error::new(

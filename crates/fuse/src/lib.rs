@@ -45,6 +45,7 @@ pub fn mount_request(opts: &FuseOptions, block_size: u32) -> MountRequest {
         default_permissions: opts.default_permissions,
         vfs_flags: opts.vfs_flags.clone(),
         block_size,
+        blkdev: opts.blkdev,
     }
 }
 

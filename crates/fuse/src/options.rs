@@ -30,6 +30,10 @@ pub struct FuseOptions {
     /// `owner_wait=SECS`: wait this long for another process to let go of the image
     /// (default: refuse at once, naming it).
     pub owner_wait_secs: u64,
+    /// `blkdev` (the default) mounts as `fuseblk`; `noblkdev` as plain `fuse` with no
+    /// subtype, whose mount shows the image file itself as its source and `fuse` as its type
+    /// (what fstests' FSTYP=fuse looks for); `umount` does not wait for such a mount.
+    pub blkdev: bool,
 }
 
 impl Default for FuseOptions {
@@ -42,6 +46,7 @@ impl Default for FuseOptions {
             vfs_flags: Vec::new(),
             remount: false,
             owner_wait_secs: 0,
+            blkdev: true,
         }
     }
 }
@@ -69,6 +74,17 @@ const VFS_FLAGS: [&str; 18] = [
 const MOUNT8_BOOKKEEPING: [&str; 7] = [
     "_netdev", "auto", "noauto", "user", "nouser", "nofail", "loop",
 ];
+/// The VFS flags that say when reads move access times.
+const ATIME_FLAGS: [&str; 7] = [
+    "noatime",
+    "atime",
+    "relatime",
+    "norelatime",
+    "strictatime",
+    "nodiratime",
+    "diratime",
+];
+
 /// Options the kernel shows for a FUSE connection (`/proc/mounts`), which jext sets itself
 /// when it mounts and mount(8) hands back on a remount: nothing to change there.
 const CONNECTION_OPTIONS: [&str; 6] = [
@@ -92,6 +108,8 @@ impl FuseOptions {
             "writeback_cache" => self.writeback_cache = true,
             "nowriteback_cache" => self.writeback_cache = false,
             "remount" => self.remount = true,
+            "blkdev" => self.blkdev = true,
+            "noblkdev" => self.blkdev = false,
             o if o.starts_with("owner_wait=") => {
                 let secs = &o["owner_wait=".len()..];
                 self.owner_wait_secs = secs.parse().map_err(|_| {
@@ -105,6 +123,11 @@ impl FuseOptions {
             o if VFS_FLAGS.contains(&o) => {
                 let known = VFS_FLAGS.iter().find(|f| **f == o).expect("checked above");
                 self.vfs_flags.push(known);
+                // FUSE leaves access times to the file system: the atime flags are jext's
+                // to apply too.
+                if ATIME_FLAGS.contains(&o) {
+                    self.fs.apply(o)?;
+                }
             }
             o if o.starts_with("allow_other=") || o.starts_with("writeback_cache=") => {
                 return Err(FsError::Invalid(format!("option {o:?} takes no value")));

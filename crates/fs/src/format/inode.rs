@@ -124,8 +124,8 @@ pub mod flags {
     }
 }
 
-/// A time as ext4 stores it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// A time as ext4 stores it (ordered by seconds, then nanoseconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct InodeTime {
     pub seconds: i64,
     pub nanoseconds: u32,

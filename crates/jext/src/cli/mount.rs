@@ -89,7 +89,7 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
             mountpoint.display()
         )
     })?;
-    if mounted.kernel_mount().kind() == MountKind::Fuse {
+    if mounted.kernel_mount().kind() == MountKind::Fuse && opts.blkdev {
         eprintln!(
             "jext mount: no loop device for {}: mounted as plain fuse, so `umount` returns \
              before the image is clean and `sync` does not reach jext; use `jext umount` and \

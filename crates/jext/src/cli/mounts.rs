@@ -38,10 +38,24 @@ fn parse_mountinfo_line(line: &str) -> Option<JextMount> {
     let mut rest = after.split(' ');
     let fstype = rest.next()?;
     let source = rest.next()?;
-    (fstype == "fuseblk.jext" || fstype == "fuse.jext").then(|| JextMount {
+    let mount = JextMount {
         mountpoint: PathBuf::from(unescape(mountpoint)),
         source: PathBuf::from(unescape(source)),
-    })
+    };
+    match fstype {
+        "fuseblk.jext" | "fuse.jext" => Some(mount),
+        // A `noblkdev` mount has no subtype: it is jext's if its image's owner runs this
+        // very program (a jext daemon).
+        "fuse" => jext::owner_of(&mount.source)
+            .is_some_and(|holder| runs_this_program(holder.pid))
+            .then_some(mount),
+        _ => None,
+    }
+}
+
+fn runs_this_program(pid: u32) -> bool {
+    let theirs = std::fs::read_link(format!("/proc/{pid}/exe"));
+    matches!((theirs, std::env::current_exe()), (Ok(a), Ok(b)) if a == b)
 }
 
 /// Undoes mountinfo's `\ooo` escapes (space, tab, newline, backslash).
