@@ -394,7 +394,9 @@ fn open_by_handle(mount: &fs::File, h: &mut Handle) -> std::io::Result<fs::File>
         libc::open_by_handle_at(
             mount.as_raw_fd(),
             h.words.as_mut_ptr().cast(),
-            libc::O_RDONLY,
+            // CLOEXEC: a daemon another test spawns meanwhile must not inherit this
+            // descriptor, or it keeps the mount busy for its whole life.
+            libc::O_RDONLY | libc::O_CLOEXEC,
         )
     };
     if fd < 0 {
