@@ -362,10 +362,29 @@ impl Fs {
                 file::set_size(fs, &mut st, ino, size)?;
             }
         }
-        let mut tx = Tx::begin(fs, &mut st, 4)?;
+        // Dropping `security.capability` may rewrite and free an xattr block.
+        let credits = if attr.drop_privileges { 12 } else { 4 };
+        let mut tx = Tx::begin(fs, &mut st, credits)?;
         let r = apply_attrs(&mut tx, ino, attr);
         tx.end(r)?;
         stat(fs, ino, &st.inodes[&ino])
+    }
+
+    /// Drops setuid, setgid (where the group may execute) and `security.capability` from
+    /// `ino`, as Linux does before a write by a caller without CAP_FSETID; does nothing,
+    /// and no transaction, when there is nothing to drop.
+    pub fn drop_privileges(&self, ino: Ino) -> FsResult<()> {
+        let mut st = self.lock()?;
+        let fs = self.inner();
+        crate::inodes::load(fs, &mut st, ino)?;
+        let raw = st.inodes[&ino].raw.clone();
+        if !crate::privileges::any_to_drop(fs, ino, &raw)? {
+            return Ok(());
+        }
+        namei::ensure_space(fs, &mut st, 4, false)?;
+        let mut tx = Tx::begin(fs, &mut st, 12)?;
+        let r = crate::privileges::drop_in(&mut tx, ino);
+        tx.end(r)
     }
 
     /// Notes that `ino` is open (an unlinked open inode lives until released).
@@ -641,6 +660,9 @@ fn check_flags_fit(ino: u32, mode: u32, flags: u32) -> FsResult<()> {
 }
 
 fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
+    if attr.drop_privileges {
+        crate::privileges::drop_in(tx, ino)?;
+    }
     if let Some(perm) = attr.perm {
         let raw = &mut tx.inode(ino)?.raw;
         let mode = (raw.mode() & 0o170000) | (perm & 0o7777);

@@ -29,6 +29,7 @@ mod mount;
 mod namei;
 pub mod options;
 mod orphan;
+mod privileges;
 mod state;
 mod truncate;
 mod tx;

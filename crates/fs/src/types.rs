@@ -176,6 +176,10 @@ pub struct SetAttr {
     /// (`utimes(NULL)`, `UTIME_NOW`, `touch`), not for a time of its choice: an append-only
     /// file allows the first and refuses the second, as ext4 does.
     pub times_to_now: bool,
+    /// Drop setuid, setgid (where the group may execute) and `security.capability` from a
+    /// non-directory, as Linux does on a chown, and on a truncate by a caller without
+    /// CAP_FSETID (a front end that leaves this to jext sets it then).
+    pub drop_privileges: bool,
 }
 
 /// One entry returned by `readdir`.

@@ -12,6 +12,7 @@ mod kernel_mount;
 mod loop_device;
 mod ops;
 pub mod options;
+pub mod requests;
 
 pub use kernel_mount::{bind, remount, unmount, KernelMount, MountKind, MountRequest};
 pub use ops::JextFuse;
@@ -19,8 +20,10 @@ pub use options::FuseOptions;
 
 use fuser::{Config, SessionACL};
 use jext_fs::Fs;
+use requests::RequestCounts;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Request threads: enough to overlap an fsync that waits for a commit with other work.
 const REQUEST_THREADS: usize = 4;
@@ -65,7 +68,8 @@ impl Unmounter {
 }
 
 impl Mounted {
-    /// Mounts `fs` (already opened from `image`) at `mountpoint`. `on_destroy` runs when
+    /// Mounts `fs` (already opened from `image`) at `mountpoint`, counting the requests it
+    /// serves in `requests`. `on_destroy` runs when
     /// the kernel ends the connection, after the library's clean unmount and before
     /// `umount` returns (on `fuseblk`): the place to remove what names this daemon.
     pub fn mount(
@@ -73,6 +77,7 @@ impl Mounted {
         image: &Path,
         mountpoint: &Path,
         opts: &FuseOptions,
+        requests: Arc<RequestCounts>,
         on_destroy: Box<dyn FnOnce() + Send>,
     ) -> io::Result<Mounted> {
         std::fs::metadata(mountpoint).map_err(|e| {
@@ -85,7 +90,7 @@ impl Mounted {
         let (fuse, kernel) = KernelMount::mount(image, mountpoint, &request)?;
         let config = config(opts);
         let acl = config.acl;
-        let served = JextFuse::new(fs, opts.writeback_cache, on_destroy);
+        let served = JextFuse::new(fs, opts.writeback_cache, requests, on_destroy);
         let notifier = served.notifier_slot();
         let session = match fuser::Session::from_fd(served, fuse, acl, config) {
             Ok(session) => session,

@@ -15,6 +15,7 @@
 //! argument is an errno. Holds no per-open state except the open count the library keeps,
 //! so that an unlinked file lives until its last release.
 
+use crate::requests::RequestCounts;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags as FuseRenameFlags,
@@ -79,6 +80,7 @@ pub struct JextFuse {
     pub(crate) fs: Fs,
     pub(crate) writeback_cache: bool,
     on_destroy: Mutex<Option<OnDestroy>>,
+    requests: Arc<RequestCounts>,
     /// How to tell the kernel that attributes it cached changed; set once the session
     /// exists (after the handshake).
     notifier: Arc<OnceLock<Notifier>>,
@@ -182,12 +184,18 @@ fn xattr_reply(reply: ReplyXattr, size: u32, bytes: Vec<u8>) {
 }
 
 impl JextFuse {
-    /// Serves `fs`; `on_destroy` runs once, after the library's clean unmount, when the
-    /// kernel ends the connection.
-    pub fn new(fs: Fs, writeback_cache: bool, on_destroy: OnDestroy) -> JextFuse {
+    /// Serves `fs`, counting requests in `requests`; `on_destroy` runs once, after the
+    /// library's clean unmount, when the kernel ends the connection.
+    pub fn new(
+        fs: Fs,
+        writeback_cache: bool,
+        requests: Arc<RequestCounts>,
+        on_destroy: OnDestroy,
+    ) -> JextFuse {
         JextFuse {
             fs,
             writeback_cache,
+            requests,
             on_destroy: Mutex::new(Some(on_destroy)),
             notifier: Arc::new(OnceLock::new()),
         }
@@ -401,6 +409,10 @@ impl Filesystem for JextFuse {
         self.finish();
     }
 
+    fn request_received(&self, req: &Request) {
+        self.requests.received(req.opcode());
+    }
+
     fn destroy(&mut self) {
         // A plain `fuse` connection ends without DESTROY: this is its clean unmount.
         self.finish();
@@ -444,6 +456,7 @@ impl Filesystem for JextFuse {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
+        _kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         let change = SetAttr {
@@ -452,6 +465,7 @@ impl Filesystem for JextFuse {
             gid,
             size: None,
             times_to_now: is_now(atime) || is_now(mtime),
+            drop_privileges: false,
             atime: atime.map(time),
             mtime: mtime.map(time),
             ctime: ctime.map(Timestamp::from),

@@ -455,6 +455,7 @@ pub trait Filesystem: Send + Sync + 'static {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         flags: Option<BsdFileFlags>,
+        _kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         warn!(
@@ -977,6 +978,10 @@ pub trait Filesystem: Send + Sync + 'static {
     /// fuseblk unmount waits for that answer, so work done here (a checkpoint, releasing
     /// the image) is finished when `umount` returns. `destroy` still runs afterwards.
     fn destroy_before_reply(&self) {}
+
+    /// jext patch: called with every request before it is dispatched (`req.opcode()`
+    /// says which), so the file system can count what the kernel asks of it.
+    fn request_received(&self, _req: &Request) {}
 
     /// Reposition read/write file offset
     fn lseek(

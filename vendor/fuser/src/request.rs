@@ -102,6 +102,8 @@ impl<'a> RequestWithSender<'a> {
             error!("bug: filesystem must be initialized in dispatch_req");
             return Err(Errno::EIO);
         };
+        // jext patch: every request the file system is asked, counted by the file system.
+        filesystem.request_received(self.request_header());
 
         match op {
             // Filesystem initialization - should not happen after handshake completed
@@ -154,6 +156,7 @@ impl<'a> RequestWithSender<'a> {
                     x.chgtime(),
                     x.bkuptime(),
                     x.flags(),
+                    x.kill_suidgid(),
                     self.reply(),
                 );
             }

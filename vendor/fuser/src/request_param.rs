@@ -38,4 +38,10 @@ impl Request {
     pub fn pid(&self) -> u32 {
         self.header.pid
     }
+
+    /// jext patch: the FUSE opcode of this request (`fuse_kernel.h`'s `enum fuse_opcode`).
+    #[inline]
+    pub fn opcode(&self) -> u32 {
+        self.header.opcode
+    }
 }

@@ -8,6 +8,7 @@
 use super::rig::run;
 use super::systems::{BenchFile, IoCounts, Running};
 use crate::signals::{check_interrupt, interrupted};
+use jext_fuse::requests::DaemonStats;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,11 +35,13 @@ pub enum Measured {
         io: Option<IoCounts>,
         background_mib_per_s: Option<f64>,
     },
-    /// Operations done in a wall-clock time (by all threads together).
+    /// Operations done in a wall-clock time (by all threads together); on jext's mount,
+    /// what its daemon served meanwhile.
     Ops {
         ops: u64,
         seconds: f64,
         io: Option<IoCounts>,
+        daemon: Option<DaemonStats>,
     },
     /// Device commands done in a wall-clock time, with the queue depth the IO layer saw
     /// (`io-order`).
@@ -180,6 +183,7 @@ pub fn dwsl(sys: &Running, threads: usize, ops_per_thread: usize) -> io::Result<
         ops: (threads * ops_per_thread) as u64,
         seconds,
         io,
+        daemon: None,
     })
 }
 
@@ -354,6 +358,7 @@ pub fn synced_writes(
         ops: count as u64,
         seconds,
         io,
+        daemon: None,
     })
 }
 
@@ -433,14 +438,17 @@ pub fn untar(sys: &Running, dir: &Path) -> io::Result<Measured> {
     let point = mounted(sys)?;
     let (tarball, files) = untar_source(dir)?;
     let start = Instant::now();
-    let ((), io) = counted(sys, || {
-        run("tar", &["-xf", path_str(&tarball)?, "-C", path_str(point)?])?;
-        sys.sync_mount()
+    let (((), io), daemon) = served(sys, || {
+        counted(sys, || {
+            run("tar", &["-xf", path_str(&tarball)?, "-C", path_str(point)?])?;
+            sys.sync_mount()
+        })
     })?;
     Ok(Measured::Ops {
         ops: files,
         seconds: start.elapsed().as_secs_f64(),
         io,
+        daemon,
     })
 }
 
@@ -550,11 +558,14 @@ pub fn sqlite(
     sqlite_script(db, &setup)?;
     let script = format!("{settings}{}", sqlite_statements(phase, transactions));
     let start = Instant::now();
-    let ((), io) = counted(sys, || sqlite_script(db, &script).map(drop))?;
+    let (((), io), daemon) = served(sys, || {
+        counted(sys, || sqlite_script(db, &script).map(drop))
+    })?;
     Ok(Measured::Ops {
         ops: transactions as u64,
         seconds: start.elapsed().as_secs_f64(),
         io,
+        daemon,
     })
 }
 
@@ -616,28 +627,31 @@ pub fn varmail(sys: &Running, threads: usize, cycles: usize) -> io::Result<Measu
     sys.sync_mount()?;
     let start_line = Barrier::new(threads + 1);
     let start = Instant::now();
-    let ((), io) = counted(sys, || {
-        thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (dir, start_line) = (&dir, &start_line);
-                    scope.spawn(move || {
-                        start_line.wait();
-                        let mut seed = t as u64 + 1;
-                        (0..cycles).try_for_each(|_| mail_cycle(dir, t, &mut seed))
+    let (((), io), daemon) = served(sys, || {
+        counted(sys, || {
+            thread::scope(|scope| {
+                let workers: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let (dir, start_line) = (&dir, &start_line);
+                        scope.spawn(move || {
+                            start_line.wait();
+                            let mut seed = t as u64 + 1;
+                            (0..cycles).try_for_each(|_| mail_cycle(dir, t, &mut seed))
+                        })
                     })
-                })
-                .collect();
-            start_line.wait();
-            workers
-                .into_iter()
-                .try_for_each(|w| w.join().expect("a varmail thread panicked"))
+                    .collect();
+                start_line.wait();
+                workers
+                    .into_iter()
+                    .try_for_each(|w| w.join().expect("a varmail thread panicked"))
+            })
         })
     })?;
     Ok(Measured::Ops {
         ops: (4 * threads * cycles) as u64,
         seconds: start.elapsed().as_secs_f64(),
         io,
+        daemon,
     })
 }
 
@@ -787,6 +801,18 @@ pub fn io_order(sys: &Running, mode: OrderMode, count: usize) -> io::Result<Meas
         max_queue_depth: stats.max_queue_depth,
         barrier_mode: queue.barrier_mode(),
     })
+}
+
+/// Runs `work` and says what jext's daemon served meanwhile, when `sys` is jext's mount.
+fn served<T>(
+    sys: &Running,
+    work: impl FnOnce() -> io::Result<T>,
+) -> io::Result<(T, Option<DaemonStats>)> {
+    let before = sys.daemon_stats()?;
+    let value = work()?;
+    let after = sys.daemon_stats()?;
+    let daemon = after.zip(before).map(|(a, b)| a.since(&b));
+    Ok((value, daemon))
 }
 
 fn counted<T>(

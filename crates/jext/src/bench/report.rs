@@ -9,6 +9,7 @@ use super::experiments::Measured;
 use super::stats::{cdf_us, median, ratio, LatencySummary};
 use super::systems::{Backing, IoCounts, System};
 use super::{Experiment, Sample, Variant};
+use jext_fuse::requests::DaemonStats;
 use serde_json::{json, Value};
 use std::fmt::Write;
 
@@ -77,6 +78,8 @@ struct Aggregate<'a> {
     /// Median mean queue depth, largest queue depth, and whether barrier writes kept the
     /// order (io-order).
     queue: Option<(f64, usize, bool)>,
+    /// What jext's daemon served, summed over repetitions, and the operations it served.
+    daemon: Option<(DaemonStats, u64)>,
     errors: Vec<String>,
 }
 
@@ -123,6 +126,7 @@ fn aggregate_one<'a>(
     let mut depths = Vec::new();
     let mut max_depth = 0;
     let mut by_barrier = false;
+    let mut daemon: Option<(DaemonStats, u64)> = None;
     for s in samples
         .iter()
         .filter(|s| s.experiment == experiment && s.variant == variant && &s.system == system)
@@ -147,9 +151,15 @@ fn aggregate_one<'a>(
                 ops: done,
                 seconds,
                 io,
+                daemon: served,
             }) => {
                 op_rates.push(*done as f64 / seconds);
                 ops += done;
+                if let Some(served) = served {
+                    let (sum, sum_ops) = daemon.get_or_insert_with(Default::default);
+                    *sum = sum.plus(served);
+                    *sum_ops += done;
+                }
                 io
             }
             Ok(Measured::Queue {
@@ -189,6 +199,7 @@ fn aggregate_one<'a>(
         background_mib_per_s: median(&background_rates),
         io: io_sum.filter(|_| ops > 0).map(|io| (io, ops)),
         queue: median(&depths).map(|d| (d, max_depth, by_barrier)),
+        daemon,
         errors,
     }
 }
@@ -296,26 +307,35 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
                 &grid,
             ),
             Experiment::IoPerFsync => io_per_sync_table(&mut out, &grid),
-            Experiment::Untar => rate_table(
-                &mut out,
-                "untar: unpacking /usr/include with tar, then a sync of the file system (files/s; \
-                 `jext sync` for jext's mount; fuse2fs's figure leaves data not yet durable, as \
-                 syncfs never reaches its daemon)",
-                &grid,
-                Unit::PerSecond,
-            ),
-            Experiment::Varmail => rate_table(
-                &mut out,
-                "varmail: 4 threads of delete, create+write+fsync, append+fsync, read over 16 KiB files (ops/s)",
-                &grid,
-                Unit::PerSecond,
-            ),
-            Experiment::Sqlite => rate_table(
-                &mut out,
-                "sqlite: one-row transactions, synchronous=FULL (µs per transaction)",
-                &grid,
-                Unit::MicrosPerOp,
-            ),
+            Experiment::Untar => {
+                rate_table(
+                    &mut out,
+                    "untar: unpacking /usr/include with tar, then a sync of the file system (files/s; \
+                     `jext sync` for jext's mount; fuse2fs's figure leaves data not yet durable, as \
+                     syncfs never reaches its daemon)",
+                    &grid,
+                    Unit::PerSecond,
+                );
+                daemon_table(&mut out, "unpacked entry", &grid);
+            }
+            Experiment::Varmail => {
+                rate_table(
+                    &mut out,
+                    "varmail: 4 threads of delete, create+write+fsync, append+fsync, read over 16 KiB files (ops/s)",
+                    &grid,
+                    Unit::PerSecond,
+                );
+                daemon_table(&mut out, "operation", &grid);
+            }
+            Experiment::Sqlite => {
+                rate_table(
+                    &mut out,
+                    "sqlite: one-row transactions, synchronous=FULL (µs per transaction)",
+                    &grid,
+                    Unit::MicrosPerOp,
+                );
+                daemon_table(&mut out, "transaction", &grid);
+            }
             Experiment::IoOrder => io_order_table(&mut out, &grid),
         }
         for (variant, rows) in &grid {
@@ -401,6 +421,46 @@ fn rate_table(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)],
             })
             .collect();
         let _ = writeln!(out, "| {} | {} |", row.system.name(), cells.join(" | "));
+    }
+}
+
+/// What jext's daemon did per operation, where a run counted it: FUSE round trips, the
+/// requests that made most of them, and context switches.
+fn daemon_table(out: &mut String, what: &str, grid: &[(Variant, Vec<Aggregate>)]) {
+    let rows: Vec<(String, &Aggregate)> = grid
+        .iter()
+        .flat_map(|(variant, rows)| rows.iter().map(move |r| (variant.label(), r)))
+        .filter(|(_, r)| r.daemon.is_some())
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nWhat jext's daemon served per {what} (all repetitions):\n\n\
+         | system | FUSE requests | context switches | most frequent requests |\n|---|---:|---:|---|"
+    );
+    for (label, row) in rows {
+        let (d, ops) = row.daemon.as_ref().expect("filtered");
+        let per = |n: u64| n as f64 / (*ops).max(1) as f64;
+        let mut by_count: Vec<(&String, &u64)> = d.requests.iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(a.1));
+        let top: Vec<String> = by_count
+            .iter()
+            .take(6)
+            .map(|(name, n)| format!("{name} {:.2}", per(**n)))
+            .collect();
+        let name = match label.as_str() {
+            "" => row.system.name(),
+            l => format!("{} ({l})", row.system.name()),
+        };
+        let _ = writeln!(
+            out,
+            "| {name} | {:.2} | {:.2} | {} |",
+            per(d.total_requests()),
+            per(d.context_switches()),
+            top.join(", ")
+        );
     }
 }
 
@@ -717,11 +777,12 @@ pub fn json(samples: &[Sample], header: &Value) -> Value {
                     v["background_mib_per_s"] = json!(background_mib_per_s);
                     v["io"] = io_json(io);
                 }
-                Ok(Measured::Ops { ops, seconds, io }) => {
+                Ok(Measured::Ops { ops, seconds, io, daemon }) => {
                     v["ops"] = json!(ops);
                     v["seconds"] = json!(seconds);
                     v["ops_per_sec"] = json!(*ops as f64 / seconds);
                     v["io"] = io_json(io);
+                    v["daemon"] = daemon_json(daemon, *ops);
                 }
                 Ok(Measured::Queue { ops, seconds, io, mean_queue_depth, max_queue_depth, barrier_mode }) => {
                     v["ops"] = json!(ops);
@@ -745,6 +806,15 @@ pub fn json(samples: &[Sample], header: &Value) -> Value {
         })
         .collect();
     json!({ "header": header, "runs": runs })
+}
+
+fn daemon_json(daemon: &Option<DaemonStats>, ops: u64) -> Value {
+    daemon.as_ref().map_or(Value::Null, |d| {
+        let per_op = |n: u64| n as f64 / ops.max(1) as f64;
+        json!({"fuse_requests": d.requests, "fuse_requests_per_op": per_op(d.total_requests()),
+               "voluntary_switches": d.voluntary_switches, "involuntary_switches": d.involuntary_switches,
+               "context_switches_per_op": per_op(d.context_switches())})
+    })
 }
 
 fn io_json(io: &Option<IoCounts>) -> Value {
@@ -787,6 +857,7 @@ mod tests {
                 ops: 100,
                 seconds: 100.0 / ops_per_sec,
                 io: None,
+                daemon: None,
             }),
         }
     }

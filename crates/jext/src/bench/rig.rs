@@ -6,6 +6,7 @@
 //! and unwind). Teardown failures are printed, never ignored silently. Must never leave a
 //! loop device or a mount behind, and never touch a device it did not attach itself.
 
+use jext_fuse::requests::DaemonStats;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -177,6 +178,18 @@ impl Mount {
             Unmount::Jext(exe) => run(&exe.to_string_lossy(), &["sync", &point]),
         }
         .map(drop)
+    }
+}
+
+impl Mount {
+    /// What jext's daemon has served so far; `None` for any other file system.
+    pub fn daemon_stats(&self) -> io::Result<Option<DaemonStats>> {
+        match &self.unmount {
+            Unmount::Jext(_) => crate::cli::daemon_stats(&self.point)
+                .map(Some)
+                .map_err(io::Error::other),
+            Unmount::Kernel { .. } => Ok(None),
+        }
     }
 }
 

@@ -13,6 +13,7 @@
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
 use jext::{mkfs, DataMode, Fs, MkfsOptions, MountOptions};
 use jext_device::{LatencyModel, Preset, SimDevice};
+use jext_fuse::requests::DaemonStats;
 use jext_io::EngineKind;
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -329,6 +330,14 @@ impl Running {
             .as_ref()
             .map(|d| d.stats().map(IoCounts::from))
             .transpose()
+    }
+
+    /// What jext's daemon has served so far, if this is jext's mount.
+    pub fn daemon_stats(&self) -> io::Result<Option<DaemonStats>> {
+        match &self.target {
+            Target::Mounted(mount) => mount.daemon_stats(),
+            _ => Ok(None),
+        }
     }
 
     /// jext's memory bound for its caches (`cache_size`), if this is jext.

@@ -15,15 +15,20 @@
 //! finished, nor leave its socket file behind after a clean unmount.
 
 use jext::Fs;
+use jext_fuse::requests::{DaemonStats, RequestCounts};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The requests the socket understands, and the answer to one that succeeded.
 const SYNC_REQUEST: &str = "sync";
 const REMOUNT_RO: &str = "remount ro";
 const REMOUNT_RW: &str = "remount rw";
+/// Asks for the daemon's [`DaemonStats`]; answered with `stats ` and their text form.
+const STATS_REQUEST: &str = "stats";
+const STATS_REPLY: &str = "stats ";
 const DONE: &str = "ok";
 
 /// The listening socket of a daemon; its file is removed when this is dropped.
@@ -37,15 +42,19 @@ impl Drop for ControlSocket {
     }
 }
 
-/// Starts answering sync requests for `fs` on the socket at `path` (a thread per daemon;
-/// requests are served one at a time, each by a full `Fs::sync`).
-pub fn listen(path: PathBuf, fs: Fs) -> std::io::Result<ControlSocket> {
+/// Starts answering requests for `fs` (and its mount's `requests`) on the socket at `path`
+/// (a thread per daemon; requests are served one at a time, a sync by a full `Fs::sync`).
+pub fn listen(
+    path: PathBuf,
+    fs: Fs,
+    requests: Arc<RequestCounts>,
+) -> std::io::Result<ControlSocket> {
     // A daemon killed with SIGKILL leaves its socket file; nothing listens on it any more.
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
-            if let Err(e) = answer(stream, &fs) {
+            if let Err(e) = answer(stream, &fs, &requests) {
                 eprintln!("jext mount: control request failed: {e}");
             }
         }
@@ -53,7 +62,7 @@ pub fn listen(path: PathBuf, fs: Fs) -> std::io::Result<ControlSocket> {
     Ok(ControlSocket { path })
 }
 
-fn answer(stream: UnixStream, fs: &Fs) -> std::io::Result<()> {
+fn answer(stream: UnixStream, fs: &Fs, requests: &RequestCounts) -> std::io::Result<()> {
     let mut request = String::new();
     BufReader::new(&stream).read_line(&mut request)?;
     let done = |result: jext::FsResult<()>, what: &str| match result {
@@ -64,9 +73,13 @@ fn answer(stream: UnixStream, fs: &Fs) -> std::io::Result<()> {
         SYNC_REQUEST => done(fs.sync(), "sync"),
         REMOUNT_RO => done(fs.remount(true), "remount,ro"),
         REMOUNT_RW => done(fs.remount(false), "remount,rw"),
+        STATS_REQUEST => format!(
+            "{STATS_REPLY}{}",
+            DaemonStats::of_this_process(requests).encode()
+        ),
         other => format!(
             "unknown request {other:?} (this daemon understands {SYNC_REQUEST:?}, \
-             {REMOUNT_RO:?} and {REMOUNT_RW:?})"
+             {REMOUNT_RO:?}, {REMOUNT_RW:?} and {STATS_REQUEST:?})"
         ),
     };
     (&stream).write_all(format!("{reply}\n").as_bytes())
@@ -91,8 +104,26 @@ pub fn remount(mountpoint: &Path, socket: &Path, read_only: bool) -> Result<(), 
     ask(mountpoint, socket, request, "remount")
 }
 
-/// Sends one request and waits for its answer.
+/// The FUSE requests the daemon of the mount at `mountpoint` has served so far, and its
+/// context switches.
+pub fn stats(mountpoint: &Path, socket: &Path) -> Result<DaemonStats, String> {
+    let reply = ask_for(mountpoint, socket, STATS_REQUEST, "stats")?;
+    match reply.strip_prefix(STATS_REPLY) {
+        Some(text) => DaemonStats::decode(text),
+        None => Err(reply),
+    }
+}
+
+/// Sends one request and waits for "ok".
 fn ask(mountpoint: &Path, socket: &Path, request: &str, what: &str) -> Result<(), String> {
+    match ask_for(mountpoint, socket, request, what)?.as_str() {
+        DONE => Ok(()),
+        error => Err(error.to_string()),
+    }
+}
+
+/// Sends one request and returns the daemon's answer line.
+fn ask_for(mountpoint: &Path, socket: &Path, request: &str, what: &str) -> Result<String, String> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
         format!(
             "no jext daemon answers for {} ({}: {e}); is it a jext mount?",
@@ -108,10 +139,9 @@ fn ask(mountpoint: &Path, socket: &Path, request: &str, what: &str) -> Result<()
         .read_line(&mut reply)
         .map_err(|e| format!("waiting for the daemon's {what}: {e}"))?;
     match reply.trim_end() {
-        DONE => Ok(()),
         "" => Err(format!(
             "the daemon closed the connection before its {what} finished"
         )),
-        error => Err(error.to_string()),
+        answer => Ok(answer.to_string()),
     }
 }

@@ -11,6 +11,8 @@ mod mounts;
 mod progress;
 mod tools;
 
+pub(crate) use mount::daemon_stats;
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 

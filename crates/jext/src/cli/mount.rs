@@ -22,9 +22,11 @@
 
 use super::mounts::{is_jext_mount, jext_mounts};
 use jext::{Fs, FsError};
+use jext_fuse::requests::{DaemonStats, RequestCounts};
 use jext_fuse::{FuseOptions, MountKind, Mounted};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long `jext mount` waits for the daemon's mount to appear (recovery of a long
@@ -68,7 +70,8 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
     let fs = open_owned(image, opts)?;
     let _ = std::fs::create_dir_all(PID_DIR);
     let socket = socket_file(&mountpoint);
-    let control = super::control::listen(socket.clone(), fs.clone())
+    let requests = Arc::new(RequestCounts::default());
+    let control = super::control::listen(socket.clone(), fs.clone(), requests.clone())
         .map_err(|e| format!("control socket {}: {e}", socket.display()))?;
     let pid_file = pid_file(&mountpoint);
     let _ = std::fs::write(&pid_file, std::process::id().to_string());
@@ -81,14 +84,15 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
             let _ = std::fs::remove_file(&pid_file);
         })
     };
-    let mounted = Mounted::mount(fs, image, &mountpoint, opts, forget_daemon).map_err(|e| {
-        let _ = std::fs::remove_file(&pid_file);
-        format!(
-            "cannot mount {} on {}: {e}",
-            image.display(),
-            mountpoint.display()
-        )
-    })?;
+    let mounted =
+        Mounted::mount(fs, image, &mountpoint, opts, requests, forget_daemon).map_err(|e| {
+            let _ = std::fs::remove_file(&pid_file);
+            format!(
+                "cannot mount {} on {}: {e}",
+                image.display(),
+                mountpoint.display()
+            )
+        })?;
     if mounted.kernel_mount().kind() == MountKind::Fuse && opts.blkdev {
         eprintln!(
             "jext mount: no loop device for {}: mounted as plain fuse, so `umount` returns \
@@ -213,6 +217,13 @@ fn socket_file(mountpoint: &Path) -> PathBuf {
 }
 
 /// `jext sync DIR`: everything written under the jext mount at DIR made durable.
+/// What the daemon of the jext mount at `mountpoint` has served so far (the benchmarks
+/// read it before and after a run).
+pub(crate) fn daemon_stats(mountpoint: &Path) -> Result<DaemonStats, String> {
+    let mountpoint = absolute(mountpoint)?;
+    super::control::stats(&mountpoint, &socket_file(&mountpoint))
+}
+
 pub fn sync(mountpoint: &Path) -> i32 {
     let result = absolute(mountpoint).and_then(|m| super::control::sync(&m, &socket_file(&m)));
     match result {

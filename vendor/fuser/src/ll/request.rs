@@ -373,6 +373,11 @@ mod op {
                 None
             }
         }
+        /// jext patch: FATTR_KILL_SUIDGID, sent with FUSE_HANDLE_KILLPRIV_V2 when the
+        /// caller lacks CAP_FSETID (a truncate that must clear setuid and setgid).
+        pub(crate) fn kill_suidgid(&self) -> bool {
+            self.valid().contains(FattrFlags::FATTR_KILL_SUIDGID)
+        }
         pub(crate) fn size(&self) -> Option<u64> {
             if self.valid().contains(FattrFlags::FATTR_SIZE) {
                 Some(self.arg.size)

@@ -1,0 +1,90 @@
+//! Setuid, setgid and file capabilities that a change to a file takes away, as Linux does
+//! (`file_remove_privs`, `setattr_should_drop_suidgid`, `cap_inode_killpriv`): a write or
+//! truncate by a caller without CAP_FSETID, and any chown of a non-directory, drop setuid,
+//! setgid where the group may execute (setgid without group execute marks mandatory
+//! locking, which stays), and the `security.capability` attribute.
+//!
+//! The kernel does this itself for its own file systems; over FUSE with
+//! `FUSE_HANDLE_KILLPRIV_V2` it leaves it to jext, which then saves the kernel a
+//! `getxattr` round trip before every write.
+//!
+//! Must never touch a directory (setgid on a directory is inheritance, not a privilege) and
+//! never start a transaction when there is nothing to drop.
+
+use crate::error::{FsError, FsResult};
+use crate::format::inode::Inode;
+use crate::inodes::inode_time;
+use crate::state::FsInner;
+use crate::tx::Tx;
+use crate::types::Timestamp;
+use crate::xattr_ops;
+
+const S_ISUID: u16 = 0o4000;
+const S_ISGID: u16 = 0o2000;
+const S_IXGRP: u16 = 0o0010;
+const S_IFMT: u16 = 0o170000;
+const S_IFDIR: u16 = 0o040000;
+
+/// The attribute holding file capabilities.
+pub(crate) const CAPABILITY_XATTR: &[u8] = b"security.capability";
+
+/// The mode without the bits a change drops.
+fn mode_without_privileges(mode: u16) -> u16 {
+    let mut kept = mode & !S_ISUID;
+    if mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP {
+        kept &= !S_ISGID;
+    }
+    kept
+}
+
+/// Whether a change to inode `ino` would drop anything.
+pub(crate) fn any_to_drop(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
+    let mode = raw.mode();
+    if mode & S_IFMT == S_IFDIR {
+        return Ok(false);
+    }
+    if mode_without_privileges(mode) != mode {
+        return Ok(true);
+    }
+    has_capability(fs, ino, raw)
+}
+
+fn has_capability(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
+    if !xattr_ops::may_have_any(raw) {
+        return Ok(false);
+    }
+    match xattr_ops::get(fs, ino, raw, CAPABILITY_XATTR) {
+        Ok(_) => Ok(true),
+        Err(FsError::NoAttribute(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Drops what a change takes away, in `tx`, and moves ctime if anything went.
+pub(crate) fn drop_in(tx: &mut Tx, ino: u32) -> FsResult<()> {
+    let raw = tx.raw_inode(ino)?;
+    if !any_to_drop(tx.fs, ino, &raw)? {
+        return Ok(());
+    }
+    if has_capability(tx.fs, ino, &raw)? {
+        xattr_ops::remove(tx, ino, CAPABILITY_XATTR)?;
+    }
+    let raw = &mut tx.inode(ino)?.raw;
+    raw.set_mode(mode_without_privileges(raw.mode()));
+    raw.set_ctime(inode_time(Timestamp::now()));
+    tx.write_inode(ino)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setuid_always_goes_setgid_only_with_group_execute() {
+        assert_eq!(mode_without_privileges(0o104755), 0o100755);
+        assert_eq!(mode_without_privileges(0o106755), 0o100755);
+        // Setgid without group execute is mandatory locking: Linux keeps it.
+        assert_eq!(mode_without_privileges(0o102745), 0o102745);
+        assert_eq!(mode_without_privileges(0o100644), 0o100644);
+    }
+}
