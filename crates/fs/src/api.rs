@@ -18,7 +18,8 @@ use crate::options::MountOptions;
 use crate::state::{FsInner, FsState};
 use crate::tx::Tx;
 use crate::types::{
-    DirEntry, FallocateMode, FileKind, Ino, RenameFlags, SetAttr, Stat, StatFs, ROOT_INO,
+    DirEntry, FallocateMode, FileKind, Ino, PrivilegeDrop, RenameFlags, SetAttr, Stat, StatFs,
+    ROOT_INO,
 };
 use crate::xattr_ops::{self, XattrSetMode};
 use crate::{dir, file};
@@ -363,28 +364,31 @@ impl Fs {
             }
         }
         // Dropping `security.capability` may rewrite and free an xattr block.
-        let credits = if attr.drop_privileges { 12 } else { 4 };
+        let credits = if attr.drop_privileges.is_some() {
+            12
+        } else {
+            4
+        };
         let mut tx = Tx::begin(fs, &mut st, credits)?;
         let r = apply_attrs(&mut tx, ino, attr);
         tx.end(r)?;
         stat(fs, ino, &st.inodes[&ino])
     }
 
-    /// Drops setuid, setgid (where the group may execute) and `security.capability` from
-    /// `ino`, as Linux does before a write by a caller without CAP_FSETID; does nothing,
-    /// and no transaction, when there is nothing to drop.
-    pub fn drop_privileges(&self, ino: Ino) -> FsResult<()> {
+    /// Drops `what` from `ino`, as Linux does before a write; says whether anything went
+    /// (mode or ctime changed). Nothing to drop: no transaction.
+    pub fn drop_privileges(&self, ino: Ino, what: PrivilegeDrop) -> FsResult<bool> {
         let mut st = self.lock()?;
         let fs = self.inner();
         crate::inodes::load(fs, &mut st, ino)?;
         let raw = st.inodes[&ino].raw.clone();
-        if !crate::privileges::any_to_drop(fs, ino, &raw)? {
-            return Ok(());
+        if !crate::privileges::any_to_drop(fs, ino, &raw, what)? {
+            return Ok(false);
         }
         namei::ensure_space(fs, &mut st, 4, false)?;
         let mut tx = Tx::begin(fs, &mut st, 12)?;
-        let r = crate::privileges::drop_in(&mut tx, ino);
-        tx.end(r)
+        let r = crate::privileges::drop_in(&mut tx, ino, what);
+        tx.end(r).map(|()| true)
     }
 
     /// Notes that `ino` is open (an unlinked open inode lives until released).
@@ -660,8 +664,8 @@ fn check_flags_fit(ino: u32, mode: u32, flags: u32) -> FsResult<()> {
 }
 
 fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
-    if attr.drop_privileges {
-        crate::privileges::drop_in(tx, ino)?;
+    if let Some(what) = attr.drop_privileges {
+        crate::privileges::drop_in(tx, ino, what)?;
     }
     if let Some(perm) = attr.perm {
         let raw = &mut tx.inode(ino)?.raw;
@@ -725,12 +729,7 @@ fn writeback_due(fs: &FsInner, st: &mut FsState) -> FsResult<()> {
         }
     }
     let background = st.pages.capacity_bytes() / 100 * policy.background_percent as usize;
-    while st.pages.dirty_bytes() > background {
-        let Some((ino, _)) = st.pages.dirty_files().into_iter().next() else {
-            break;
-        };
-        file::writeback(fs, st, ino, true)?;
-    }
+    file::write_back_oldest(fs, st, background, true)?;
     let dirty: Vec<u32> = st
         .inodes
         .iter()

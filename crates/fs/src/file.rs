@@ -231,13 +231,26 @@ fn balance_dirty(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
         return Ok(());
     }
     writeback(fs, st, ino, false)?;
-    while st.pages.dirty_bytes() > limit / 2 {
-        let Some((other, _)) = st.pages.dirty_files().into_iter().next() else {
-            break;
-        };
-        writeback(fs, st, other, false)?;
-    }
+    write_back_oldest(fs, st, limit / 2, false)?;
     st.pages.evict_over_capacity();
+    Ok(())
+}
+
+/// Writes back files, oldest dirtied first, until no more than `limit_bytes` are dirty.
+/// The order is taken once: sorting every dirty file again after each one made a cache
+/// full of small files quadratic.
+pub(crate) fn write_back_oldest(
+    fs: &FsInner,
+    st: &mut FsState,
+    limit_bytes: usize,
+    with_times: bool,
+) -> FsResult<()> {
+    for (ino, _) in st.pages.dirty_files() {
+        if st.pages.dirty_bytes() <= limit_bytes {
+            break;
+        }
+        writeback(fs, st, ino, with_times)?;
+    }
     Ok(())
 }
 

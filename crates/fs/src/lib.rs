@@ -43,6 +43,7 @@ pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::MountReport;
 pub use options::{AtimeUpdates, DataMode, ErrorBehavior, MountOptions};
 pub use types::{
-    DirEntry, FallocateMode, FileKind, Ino, RenameFlags, SetAttr, Stat, StatFs, Timestamp, ROOT_INO,
+    DirEntry, FallocateMode, FileKind, Ino, PrivilegeDrop, RenameFlags, SetAttr, Stat, StatFs,
+    Timestamp, ROOT_INO,
 };
 pub use xattr_ops::XattrSetMode;

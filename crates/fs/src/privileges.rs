@@ -1,8 +1,9 @@
 //! Setuid, setgid and file capabilities that a change to a file takes away, as Linux does
-//! (`file_remove_privs`, `setattr_should_drop_suidgid`, `cap_inode_killpriv`): a write or
-//! truncate by a caller without CAP_FSETID, and any chown of a non-directory, drop setuid,
-//! setgid where the group may execute (setgid without group execute marks mandatory
-//! locking, which stays), and the `security.capability` attribute.
+//! (`file_remove_privs`, `setattr_should_drop_suidgid`, `cap_inode_killpriv`): every write
+//! and truncate drops the `security.capability` attribute, whoever makes it; one by a caller
+//! without CAP_FSETID, and any chown of a non-directory, also drop setuid, and setgid where
+//! the group may execute (setgid without group execute marks mandatory locking, which
+//! stays).
 //!
 //! The kernel does this itself for its own file systems; over FUSE with
 //! `FUSE_HANDLE_KILLPRIV_V2` it leaves it to jext, which then saves the kernel a
@@ -16,7 +17,7 @@ use crate::format::inode::Inode;
 use crate::inodes::inode_time;
 use crate::state::FsInner;
 use crate::tx::Tx;
-use crate::types::Timestamp;
+use crate::types::{PrivilegeDrop, Timestamp};
 use crate::xattr_ops;
 
 const S_ISUID: u16 = 0o4000;
@@ -29,7 +30,10 @@ const S_IFDIR: u16 = 0o040000;
 pub(crate) const CAPABILITY_XATTR: &[u8] = b"security.capability";
 
 /// The mode without the bits a change drops.
-fn mode_without_privileges(mode: u16) -> u16 {
+fn mode_without_privileges(mode: u16, what: PrivilegeDrop) -> u16 {
+    if what == PrivilegeDrop::Capabilities {
+        return mode;
+    }
     let mut kept = mode & !S_ISUID;
     if mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP {
         kept &= !S_ISGID;
@@ -38,12 +42,17 @@ fn mode_without_privileges(mode: u16) -> u16 {
 }
 
 /// Whether a change to inode `ino` would drop anything.
-pub(crate) fn any_to_drop(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
+pub(crate) fn any_to_drop(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    what: PrivilegeDrop,
+) -> FsResult<bool> {
     let mode = raw.mode();
     if mode & S_IFMT == S_IFDIR {
         return Ok(false);
     }
-    if mode_without_privileges(mode) != mode {
+    if mode_without_privileges(mode, what) != mode {
         return Ok(true);
     }
     has_capability(fs, ino, raw)
@@ -61,16 +70,16 @@ fn has_capability(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
 }
 
 /// Drops what a change takes away, in `tx`, and moves ctime if anything went.
-pub(crate) fn drop_in(tx: &mut Tx, ino: u32) -> FsResult<()> {
+pub(crate) fn drop_in(tx: &mut Tx, ino: u32, what: PrivilegeDrop) -> FsResult<()> {
     let raw = tx.raw_inode(ino)?;
-    if !any_to_drop(tx.fs, ino, &raw)? {
+    if !any_to_drop(tx.fs, ino, &raw, what)? {
         return Ok(());
     }
     if has_capability(tx.fs, ino, &raw)? {
         xattr_ops::remove(tx, ino, CAPABILITY_XATTR)?;
     }
     let raw = &mut tx.inode(ino)?.raw;
-    raw.set_mode(mode_without_privileges(raw.mode()));
+    raw.set_mode(mode_without_privileges(raw.mode(), what));
     raw.set_ctime(inode_time(Timestamp::now()));
     tx.write_inode(ino)
 }
@@ -81,10 +90,13 @@ mod tests {
 
     #[test]
     fn setuid_always_goes_setgid_only_with_group_execute() {
-        assert_eq!(mode_without_privileges(0o104755), 0o100755);
-        assert_eq!(mode_without_privileges(0o106755), 0o100755);
+        let all = PrivilegeDrop::CapabilitiesAndIds;
+        assert_eq!(mode_without_privileges(0o104755, all), 0o100755);
+        assert_eq!(mode_without_privileges(0o106755, all), 0o100755);
         // Setgid without group execute is mandatory locking: Linux keeps it.
-        assert_eq!(mode_without_privileges(0o102745), 0o102745);
-        assert_eq!(mode_without_privileges(0o100644), 0o100644);
+        assert_eq!(mode_without_privileges(0o102745, all), 0o102745);
+        assert_eq!(mode_without_privileges(0o100644, all), 0o100644);
+        let caps = PrivilegeDrop::Capabilities;
+        assert_eq!(mode_without_privileges(0o106755, caps), 0o106755);
     }
 }

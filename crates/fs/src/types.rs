@@ -176,10 +176,19 @@ pub struct SetAttr {
     /// (`utimes(NULL)`, `UTIME_NOW`, `touch`), not for a time of its choice: an append-only
     /// file allows the first and refuses the second, as ext4 does.
     pub times_to_now: bool,
-    /// Drop setuid, setgid (where the group may execute) and `security.capability` from a
-    /// non-directory, as Linux does on a chown, and on a truncate by a caller without
-    /// CAP_FSETID (a front end that leaves this to jext sets it then).
-    pub drop_privileges: bool,
+    /// Drop privileges from a non-directory as Linux does on a truncate or chown (a front
+    /// end whose kernel leaves this to jext says which).
+    pub drop_privileges: Option<PrivilegeDrop>,
+}
+
+/// What a change to a file takes away (see `privileges.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrivilegeDrop {
+    /// `security.capability` only: a write or truncate by a caller with CAP_FSETID.
+    Capabilities,
+    /// That, setuid, and setgid where the group may execute: a write or truncate by a
+    /// caller without CAP_FSETID, or a chown.
+    CapabilitiesAndIds,
 }
 
 /// One entry returned by `readdir`.

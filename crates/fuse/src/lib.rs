@@ -25,9 +25,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Request threads: enough to overlap an fsync that waits for a commit with other work.
-const REQUEST_THREADS: usize = 4;
-
 fn config(opts: &FuseOptions) -> Config {
     let mut config = Config::default();
     config.acl = if opts.allow_other {
@@ -35,7 +32,7 @@ fn config(opts: &FuseOptions) -> Config {
     } else {
         SessionACL::Owner
     };
-    config.n_threads = Some(REQUEST_THREADS);
+    config.n_threads = Some(opts.request_threads);
     config.clone_fd = true;
     config
 }

@@ -24,8 +24,8 @@ use fuser::{
     WriteFlags,
 };
 use jext_fs::{
-    FallocateMode, FileKind, Fs, FsError, Ino, RenameFlags, SetAttr, Stat, Timestamp, XattrSetMode,
-    ROOT_INO,
+    FallocateMode, FileKind, Fs, FsError, Ino, PrivilegeDrop, RenameFlags, SetAttr, Stat,
+    Timestamp, XattrSetMode, ROOT_INO,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -33,8 +33,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
-/// How long the kernel may trust an attribute or a name without asking again.
-const ATTR_TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may trust an attribute, a name or the absence of a name without
+/// asking again. Only this mount changes the image (the daemon holds the image's owner
+/// lock, and a second mount point is a bind mount sharing the kernel's caches), the kernel
+/// updates or invalidates what its own requests change, and jext invalidates what it
+/// changes on its own (`chattr`, privileges a write drops): nothing cached goes stale, so
+/// the kernel need not ask again within any time a run lasts.
+const ATTR_TTL: Duration = Duration::from_secs(3600);
 
 /// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` (`_IOR('f', 1, long)`, `_IOW('f', 2, long)`) and
 /// their 32-bit forms, which carry the same int.
@@ -79,6 +84,9 @@ type OnDestroy = Box<dyn FnOnce() + Send>;
 pub struct JextFuse {
     pub(crate) fs: Fs,
     pub(crate) writeback_cache: bool,
+    /// The kernel leaves dropping setuid, setgid and file capabilities on write, truncate
+    /// and chown to jext (`FUSE_HANDLE_KILLPRIV_V2`), and so asks no `getxattr` first.
+    drops_privileges: bool,
     on_destroy: Mutex<Option<OnDestroy>>,
     requests: Arc<RequestCounts>,
     /// How to tell the kernel that attributes it cached changed; set once the session
@@ -166,6 +174,36 @@ fn entry(reply: ReplyEntry, result: Result<Stat, Errno>) {
     }
 }
 
+/// Answers a lookup of a name that does not exist with a negative entry (node id 0), which
+/// the kernel keeps for `ATTR_TTL`: a program that probes for a file (SQLite's hot-journal
+/// check, a PATH search) costs one round trip, not one per probe.
+fn lookup_reply(reply: ReplyEntry, result: Result<Stat, Errno>) {
+    match result {
+        Err(Errno::ENOENT) => reply.entry(&ATTR_TTL, &negative_attr(), Generation(0)),
+        other => entry(reply, other),
+    }
+}
+
+fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 fn empty(reply: ReplyEmpty, result: Result<(), Errno>) {
     match result {
         Ok(()) => reply.ok(),
@@ -195,6 +233,7 @@ impl JextFuse {
         JextFuse {
             fs,
             writeback_cache,
+            drops_privileges: false,
             requests,
             on_destroy: Mutex::new(Some(on_destroy)),
             notifier: Arc::new(OnceLock::new()),
@@ -332,6 +371,26 @@ impl JextFuse {
         Err(Errno::ENOTTY)
     }
 
+    /// What a change drops, when the kernel leaves that to jext: setuid and setgid where
+    /// it says so (`kill_ids`: a write or truncate by a caller without CAP_FSETID, or a
+    /// chown), file capabilities on any write or truncate (`writes`) too, as Linux does.
+    fn privileges_dropped(&self, kill_ids: bool, writes: bool) -> Option<PrivilegeDrop> {
+        match (self.drops_privileges, kill_ids, writes) {
+            (false, _, _) | (true, false, false) => None,
+            (true, true, _) => Some(PrivilegeDrop::CapabilitiesAndIds),
+            (true, false, true) => Some(PrivilegeDrop::Capabilities),
+        }
+    }
+
+    /// What the kernel would do before a write; the mode and ctime it cached are then out
+    /// of date.
+    fn drop_privileges(&self, ino: Ino, what: PrivilegeDrop) -> Result<(), Errno> {
+        if self.fs.drop_privileges(ino, what).map_err(errno)? {
+            self.invalidate_attributes(ino);
+        }
+        Ok(())
+    }
+
     /// `may_open`'s rule for immutable and append-only files, which the kernel cannot
     /// apply itself (FUSE never gives it the inode flags): no writing open of an immutable
     /// file, and only appending, non-truncating ones of an append-only file. Every later
@@ -350,6 +409,11 @@ impl JextFuse {
         Ok(())
     }
 }
+
+/// What every open answers: jext's flush has nothing to do (close makes nothing durable
+/// on ext4 either), so the kernel need not send one on every close. With the writeback
+/// cache the kernel still flushes its dirty pages at close, as it must.
+const NO_FLUSH: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 /// ext4's immutable and append-only inode flags.
 const IMMUTABLE_FL: u32 = 0x10;
@@ -399,6 +463,9 @@ impl Filesystem for JextFuse {
                 .add_capabilities(InitFlags::FUSE_POSIX_ACL)
                 .map_err(|_| std::io::Error::other("the kernel's FUSE has no POSIX ACLs"))?;
         }
+        self.drops_privileges = config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
         // Nanosecond times, as ext4 keeps them.
         let _ = config.set_time_granularity(Duration::from_nanos(1));
         let _ = config.set_max_write(1 << 20);
@@ -424,13 +491,15 @@ impl Filesystem for JextFuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.as_bytes();
-        entry(
-            reply,
-            to_ext4(parent).and_then(|p| match name {
-                b"." | b".." => self.lookup_dot(p, name),
-                _ => self.fs.lookup(p, name).map_err(errno),
-            }),
-        );
+        let parent = to_ext4(parent);
+        match name {
+            // Export lookups: a dead inode is a stale handle, never a cached absence.
+            b"." | b".." => entry(reply, parent.and_then(|p| self.lookup_dot(p, name))),
+            _ => lookup_reply(
+                reply,
+                parent.and_then(|p| self.fs.lookup(p, name).map_err(errno)),
+            ),
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -456,16 +525,20 @@ impl Filesystem for JextFuse {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<fuser::BsdFileFlags>,
-        _kill_suidgid: bool,
+        kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
+        let drop_privileges = self.privileges_dropped(
+            kill_suidgid || uid.is_some() || gid.is_some(),
+            size.is_some(),
+        );
         let change = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,
             gid,
             size: None,
             times_to_now: is_now(atime) || is_now(mtime),
-            drop_privileges: false,
+            drop_privileges,
             atime: atime.map(time),
             mtime: mtime.map(time),
             ctime: ctime.map(Timestamp::from),
@@ -597,7 +670,7 @@ impl Filesystem for JextFuse {
             self.fs.open_inode(i).map_err(errno)
         });
         match opened {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.opened(FileHandle(0), NO_FLUSH),
             Err(e) => reply.error(e),
         }
     }
@@ -635,7 +708,12 @@ impl Filesystem for JextFuse {
         // (without it, mmap'd pages also arrive as cached writes, and jext keeps the times).
         let kernel_keeps_times =
             self.writeback_cache && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        let kill_suidgid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let drop = self.privileges_dropped(kill_suidgid, true);
         let written = to_ext4(ino).and_then(|i| {
+            if let Some(what) = drop {
+                self.drop_privileges(i, what)?;
+            }
             if kernel_keeps_times {
                 self.fs.write_cached(i, offset, data)
             } else {
@@ -854,7 +932,7 @@ impl Filesystem for JextFuse {
                 &entry_attr(&s),
                 Generation(u64::from(s.generation)),
                 FileHandle(0),
-                FopenFlags::empty(),
+                NO_FLUSH,
             ),
             Err(e) => reply.error(e),
         }

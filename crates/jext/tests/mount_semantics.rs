@@ -547,3 +547,90 @@ fn a_zombie_daemon_counts_as_gone() {
     assert!(daemon.wait().unwrap().success());
     e2fsck_clean(&s.image());
 }
+
+/// A file capability as `setcap cap_net_raw+ep` writes it (VFS_CAP_REVISION_2, effective;
+/// permitted bit 13).
+const FILE_CAPABILITY: &str = "0x0100000200200000000000000000000000000000";
+
+/// The permission bits of `path` and whether it carries a file capability.
+fn privileges(path: &Path) -> (u32, bool) {
+    let mode = fs::metadata(path).unwrap().mode() & 0o7777;
+    let caps = sh("getfattr", &["-n", "security.capability", p(path)]);
+    (mode, caps.status.success())
+}
+
+/// Gives `path` setuid, setgid, every permission and a file capability again.
+fn arm(path: &Path) {
+    ok(
+        "setfattr",
+        &["-n", "security.capability", "-v", FILE_CAPABILITY, p(path)],
+    );
+    fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o6777)).unwrap();
+    assert_eq!(privileges(path), (0o6777, true));
+}
+
+/// jext drops privileges itself (FUSE_HANDLE_KILLPRIV_V2): the rules ext4 follows, seen
+/// through the mount right after each change (the kernel's cached mode must not hide it).
+#[test]
+fn writes_truncates_and_chowns_drop_setuid_setgid_and_capabilities() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("killpriv");
+    mount(&s, "allow_other");
+    let tool = s.mnt().join("tool");
+    fs::write(&tool, b"#!/bin/sh\n").unwrap();
+    let append = format!("printf x >> {}", p(&tool));
+
+    arm(&tool);
+    assert!(
+        as_user_1000(&["sh", "-c", &append]),
+        "1000 may write 0o6777"
+    );
+    assert_eq!(
+        privileges(&tool),
+        (0o777, false),
+        "a user's write drops all"
+    );
+
+    arm(&tool);
+    assert!(as_user_1000(&["truncate", "-s", "1", p(&tool)]));
+    assert_eq!(
+        privileges(&tool),
+        (0o777, false),
+        "a user's truncate drops all"
+    );
+
+    // Setgid without group execute marks mandatory locking: a write keeps it.
+    fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o2767)).unwrap();
+    assert!(as_user_1000(&["sh", "-c", &append]));
+    assert_eq!(privileges(&tool).0, 0o2767);
+
+    // Root has CAP_FSETID: its write keeps the ids but not the capability.
+    arm(&tool);
+    fs::OpenOptions::new()
+        .append(true)
+        .open(&tool)
+        .unwrap()
+        .write_all_at(b"y", 0)
+        .unwrap();
+    assert_eq!(
+        privileges(&tool),
+        (0o6777, false),
+        "root's write drops the capability"
+    );
+
+    // A chown drops them whoever makes it.
+    arm(&tool);
+    ok("chown", &["1000", p(&tool)]);
+    assert_eq!(privileges(&tool), (0o777, false), "chown drops all");
+
+    // A directory's setgid is inheritance, never dropped.
+    let dir = s.mnt().join("shared");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o2775)).unwrap();
+    ok("chown", &["1000", p(&dir)]);
+    assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o7777, 0o2775);
+    umount(&s);
+    e2fsck_clean(&s.image());
+}

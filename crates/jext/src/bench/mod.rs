@@ -305,7 +305,10 @@ pub fn headline_systems(root: bool) -> Vec<System> {
         .filter(|s| match s {
             System::Jext { mode, .. } => *mode != DataMode::Writeback,
             System::Ext4 { options, .. } => matches!(*options, "data=ordered" | "data=journal"),
-            System::JextFuse { mode } => *mode == DataMode::Ordered,
+            System::JextFuse {
+                mode,
+                writeback_cache,
+            } => *mode == DataMode::Ordered && !writeback_cache,
             System::RawFile | System::RawLoop | System::Fuse2fs | System::Block(_) => true,
         })
         .collect()
@@ -346,7 +349,15 @@ pub fn systems(root: bool) -> Vec<System> {
                 features: "",
             });
         }
-        all.extend(modes.map(|mode| System::JextFuse { mode }));
+        all.extend(modes.map(|mode| System::JextFuse {
+            mode,
+            writeback_cache: false,
+        }));
+        // The kernel's writeback cache merges writes and keeps times and sizes itself.
+        all.push(System::JextFuse {
+            mode: DataMode::Ordered,
+            writeback_cache: true,
+        });
         all.push(System::Fuse2fs);
     }
     all.extend(block_systems(root));
@@ -582,7 +593,8 @@ mod tests {
             assert!(!e.applies_to(&System::RawLoop));
             assert!(e.applies_to(&System::Fuse2fs));
             assert!(e.applies_to(&System::JextFuse {
-                mode: DataMode::Ordered
+                mode: DataMode::Ordered,
+                writeback_cache: false,
             }));
         }
     }

@@ -44,7 +44,11 @@ pub enum System {
         features: &'static str,
     },
     /// jext through its FUSE mount on a loop device, used through ordinary file calls.
-    JextFuse { mode: DataMode },
+    /// With `writeback_cache`, mounted with `-o writeback_cache`.
+    JextFuse {
+        mode: DataMode,
+        writeback_cache: bool,
+    },
     /// fuse2fs (e2fsprogs' user-space ext4) on a loop device made by mkfs.ext4.
     Fuse2fs,
     /// A device driven through jext's IO layer with no file system (`io-order`).
@@ -92,7 +96,14 @@ impl System {
                 features: "",
             } => format!("ext4 {options}"),
             System::Ext4 { options, features } => format!("ext4 {options} -O {features}"),
-            System::JextFuse { mode } => format!("jext {} (FUSE)", mode_name(*mode)),
+            System::JextFuse {
+                mode,
+                writeback_cache: false,
+            } => format!("jext {} (FUSE)", mode_name(*mode)),
+            System::JextFuse {
+                mode,
+                writeback_cache: true,
+            } => format!("jext {},writeback_cache (FUSE)", mode_name(*mode)),
             System::Fuse2fs => "fuse2fs".into(),
             System::Block(BlockTarget::Sim(preset)) => format!("sim {} (barrier)", preset.name()),
             System::Block(BlockTarget::File(engine)) => format!("image file ({})", engine.name()),
@@ -152,9 +163,21 @@ impl System {
                 let options = format!("{options},noinit_itable");
                 Target::Mounted(Mount::kernel("ext4", dev.path_str(), &point, &options)?)
             }
-            (System::JextFuse { mode }, Some(dev)) => {
+            (
+                System::JextFuse {
+                    mode,
+                    writeback_cache,
+                },
+                Some(dev),
+            ) => {
                 mkfs_jext(jext::open_device(&dev.path, false).map_err(io::Error::other)?)?;
-                Target::Mounted(Mount::jext(dev.path_str(), &point, mode_name(*mode))?)
+                let cache = if *writeback_cache {
+                    ",writeback_cache"
+                } else {
+                    ""
+                };
+                let options = format!("{}{cache}", mode_name(*mode));
+                Target::Mounted(Mount::jext(dev.path_str(), &point, &options)?)
             }
             (System::Fuse2fs, Some(dev)) => {
                 mkfs_ext4(dev, "")?;

@@ -84,7 +84,8 @@ enum Command {
     /// Options (-o, comma-separated): data=ordered|journal|writeback, commit=SECS, ro, rw,
     /// errors=remount-ro|continue, cache_size=SIZE, barrier=0|1, nobarrier, acl (default) or
     /// noacl, allow_other, default_permissions (default) or nodefault_permissions,
-    /// writeback_cache or nowriteback_cache (default), owner_wait=SECS (wait for another
+    /// writeback_cache or nowriteback_cache (default), threads=N (request threads; default one
+    /// per core, at least two), owner_wait=SECS (wait for another
     /// owner of the image to let go), remount (with ro or rw: change a live mount), and the
     /// VFS flags nosuid, nodev, noexec, noatime, sync, dirsync.
     ///
