@@ -382,12 +382,12 @@ impl Fs {
         let fs = self.inner();
         crate::inodes::load(fs, &mut st, ino)?;
         let raw = st.inodes[&ino].raw.clone();
-        if !crate::privileges::any_to_drop(fs, ino, &raw, what)? {
+        if !crate::privileges::any_to_drop(fs, ino, &raw, &what)? {
             return Ok(false);
         }
         namei::ensure_space(fs, &mut st, 4, false)?;
         let mut tx = Tx::begin(fs, &mut st, 12)?;
-        let r = crate::privileges::drop_in(&mut tx, ino, what);
+        let r = crate::privileges::drop_in(&mut tx, ino, &what);
         tx.end(r).map(|()| true)
     }
 
@@ -664,7 +664,7 @@ fn check_flags_fit(ino: u32, mode: u32, flags: u32) -> FsResult<()> {
 }
 
 fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
-    if let Some(what) = attr.drop_privileges {
+    if let Some(what) = &attr.drop_privileges {
         crate::privileges::drop_in(tx, ino, what)?;
     }
     if let Some(perm) = attr.perm {

@@ -2,8 +2,8 @@
 //! (`file_remove_privs`, `setattr_should_drop_suidgid`, `cap_inode_killpriv`): every write
 //! and truncate drops the `security.capability` attribute, whoever makes it; one by a caller
 //! without CAP_FSETID, and any chown of a non-directory, also drop setuid, and setgid where
-//! the group may execute (setgid without group execute marks mandatory locking, which
-//! stays).
+//! the group may execute, or where the caller is neither in the file's group nor holds
+//! CAP_FSETID (`setattr_should_drop_sgid`).
 //!
 //! The kernel does this itself for its own file systems; over FUSE with
 //! `FUSE_HANDLE_KILLPRIV_V2` it leaves it to jext, which then saves the kernel a
@@ -29,13 +29,16 @@ const S_IFDIR: u16 = 0o040000;
 /// The attribute holding file capabilities.
 pub(crate) const CAPABILITY_XATTR: &[u8] = b"security.capability";
 
-/// The mode without the bits a change drops.
-fn mode_without_privileges(mode: u16, what: PrivilegeDrop) -> u16 {
-    if what == PrivilegeDrop::Capabilities {
+/// The mode without the bits a change drops, for a file of group `gid`.
+fn mode_without_privileges(mode: u16, gid: u32, what: &PrivilegeDrop) -> u16 {
+    let PrivilegeDrop::CapabilitiesAndIds { caller_groups } = what else {
         return mode;
-    }
+    };
     let mut kept = mode & !S_ISUID;
-    if mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP {
+    let caller_may_keep = caller_groups
+        .as_ref()
+        .is_none_or(|groups| groups.contains(&gid));
+    if mode & S_ISGID != 0 && (mode & S_IXGRP != 0 || !caller_may_keep) {
         kept &= !S_ISGID;
     }
     kept
@@ -46,13 +49,13 @@ pub(crate) fn any_to_drop(
     fs: &FsInner,
     ino: u32,
     raw: &Inode,
-    what: PrivilegeDrop,
+    what: &PrivilegeDrop,
 ) -> FsResult<bool> {
     let mode = raw.mode();
     if mode & S_IFMT == S_IFDIR {
         return Ok(false);
     }
-    if mode_without_privileges(mode, what) != mode {
+    if mode_without_privileges(mode, raw.gid(), what) != mode {
         return Ok(true);
     }
     has_capability(fs, ino, raw)
@@ -70,7 +73,7 @@ fn has_capability(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
 }
 
 /// Drops what a change takes away, in `tx`, and moves ctime if anything went.
-pub(crate) fn drop_in(tx: &mut Tx, ino: u32, what: PrivilegeDrop) -> FsResult<()> {
+pub(crate) fn drop_in(tx: &mut Tx, ino: u32, what: &PrivilegeDrop) -> FsResult<()> {
     let raw = tx.raw_inode(ino)?;
     if !any_to_drop(tx.fs, ino, &raw, what)? {
         return Ok(());
@@ -79,7 +82,7 @@ pub(crate) fn drop_in(tx: &mut Tx, ino: u32, what: PrivilegeDrop) -> FsResult<()
         xattr_ops::remove(tx, ino, CAPABILITY_XATTR)?;
     }
     let raw = &mut tx.inode(ino)?.raw;
-    raw.set_mode(mode_without_privileges(raw.mode(), what));
+    raw.set_mode(mode_without_privileges(raw.mode(), raw.gid(), what));
     raw.set_ctime(inode_time(Timestamp::now()));
     tx.write_inode(ino)
 }
@@ -89,14 +92,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn setuid_always_goes_setgid_only_with_group_execute() {
-        let all = PrivilegeDrop::CapabilitiesAndIds;
-        assert_eq!(mode_without_privileges(0o104755, all), 0o100755);
-        assert_eq!(mode_without_privileges(0o106755, all), 0o100755);
-        // Setgid without group execute is mandatory locking: Linux keeps it.
-        assert_eq!(mode_without_privileges(0o102745, all), 0o102745);
-        assert_eq!(mode_without_privileges(0o100644, all), 0o100644);
+    fn setuid_always_goes_setgid_by_group_execute_and_the_callers_groups() {
+        let capable = PrivilegeDrop::CapabilitiesAndIds {
+            caller_groups: None,
+        };
+        let outsider = PrivilegeDrop::CapabilitiesAndIds {
+            caller_groups: Some(vec![1000]),
+        };
+        let member = PrivilegeDrop::CapabilitiesAndIds {
+            caller_groups: Some(vec![1000, 50]),
+        };
+        for what in [&capable, &outsider, &member] {
+            assert_eq!(mode_without_privileges(0o104755, 50, what), 0o100755);
+            assert_eq!(mode_without_privileges(0o106755, 50, what), 0o100755);
+            assert_eq!(mode_without_privileges(0o100644, 50, what), 0o100644);
+        }
+        // Setgid without group execute stays for a member of the group or a capable caller.
+        assert_eq!(mode_without_privileges(0o102745, 50, &capable), 0o102745);
+        assert_eq!(mode_without_privileges(0o102745, 50, &member), 0o102745);
+        assert_eq!(mode_without_privileges(0o102745, 50, &outsider), 0o100745);
         let caps = PrivilegeDrop::Capabilities;
-        assert_eq!(mode_without_privileges(0o106755, caps), 0o106755);
+        assert_eq!(mode_without_privileges(0o106755, 50, &caps), 0o106755);
     }
 }

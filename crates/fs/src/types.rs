@@ -182,13 +182,15 @@ pub struct SetAttr {
 }
 
 /// What a change to a file takes away (see `privileges.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PrivilegeDrop {
     /// `security.capability` only: a write or truncate by a caller with CAP_FSETID.
     Capabilities,
     /// That, setuid, and setgid where the group may execute: a write or truncate by a
-    /// caller without CAP_FSETID, or a chown.
-    CapabilitiesAndIds,
+    /// caller without CAP_FSETID, or a chown. A setgid without group execute goes too
+    /// unless the caller may keep it: `caller_groups` are its group ids (primary and
+    /// supplementary), `None` for a caller with CAP_FSETID, which always may.
+    CapabilitiesAndIds { caller_groups: Option<Vec<u32>> },
 }
 
 /// One entry returned by `readdir`.

@@ -374,10 +374,15 @@ impl JextFuse {
     /// What a change drops, when the kernel leaves that to jext: setuid and setgid where
     /// it says so (`kill_ids`: a write or truncate by a caller without CAP_FSETID, or a
     /// chown), file capabilities on any write or truncate (`writes`) too, as Linux does.
-    fn privileges_dropped(&self, kill_ids: bool, writes: bool) -> Option<PrivilegeDrop> {
+    fn privileges_dropped(
+        &self,
+        req: &Request,
+        kill_ids: bool,
+        writes: bool,
+    ) -> Option<PrivilegeDrop> {
         match (self.drops_privileges, kill_ids, writes) {
             (false, _, _) | (true, false, false) => None,
-            (true, true, _) => Some(PrivilegeDrop::CapabilitiesAndIds),
+            (true, true, _) => Some(ids_dropped_by(req)),
             (true, false, true) => Some(PrivilegeDrop::Capabilities),
         }
     }
@@ -407,6 +412,33 @@ impl JextFuse {
             return Err(Errno::EPERM);
         }
         Ok(())
+    }
+}
+
+/// Setuid and setgid dropped by a change `req` makes: root stands for a caller with
+/// CAP_FSETID (FUSE passes no capabilities), anyone else keeps a setgid without group
+/// execute only in the file's group, so the library needs the caller's groups: the
+/// request's gid and the supplementary ones `/proc` shows for its process.
+fn ids_dropped_by(req: &Request) -> PrivilegeDrop {
+    if req.uid() == 0 {
+        return PrivilegeDrop::CapabilitiesAndIds {
+            caller_groups: None,
+        };
+    }
+    let mut groups = vec![req.gid()];
+    if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
+        let listed = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .unwrap_or("");
+        groups.extend(
+            listed
+                .split_whitespace()
+                .filter_map(|g| g.parse::<u32>().ok()),
+        );
+    }
+    PrivilegeDrop::CapabilitiesAndIds {
+        caller_groups: Some(groups),
     }
 }
 
@@ -511,7 +543,7 @@ impl Filesystem for JextFuse {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -529,6 +561,7 @@ impl Filesystem for JextFuse {
         reply: ReplyAttr,
     ) {
         let drop_privileges = self.privileges_dropped(
+            req,
             kill_suidgid || uid.is_some() || gid.is_some(),
             size.is_some(),
         );
@@ -694,7 +727,7 @@ impl Filesystem for JextFuse {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -709,7 +742,7 @@ impl Filesystem for JextFuse {
         let kernel_keeps_times =
             self.writeback_cache && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let kill_suidgid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        let drop = self.privileges_dropped(kill_suidgid, true);
+        let drop = self.privileges_dropped(req, kill_suidgid, true);
         let written = to_ext4(ino).and_then(|i| {
             if let Some(what) = drop {
                 self.drop_privileges(i, what)?;
@@ -957,7 +990,7 @@ impl Filesystem for JextFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -979,9 +1012,19 @@ impl Filesystem for JextFuse {
         if how.punch_hole && (!how.keep_size || how.zero_range) {
             return reply.error(Errno::EOPNOTSUPP);
         }
+        // ext4's fallocate drops privileges as a write does (`file_modified`); the kernel
+        // asks no FUSE server to, so jext does, taking uid 0 for CAP_FSETID.
+        let what = if req.uid() == 0 {
+            PrivilegeDrop::Capabilities
+        } else {
+            ids_dropped_by(req)
+        };
         empty(
             reply,
-            to_ext4(ino).and_then(|i| self.fs.fallocate(i, offset, length, how).map_err(errno)),
+            to_ext4(ino).and_then(|i| {
+                self.drop_privileges(i, what)?;
+                self.fs.fallocate(i, offset, length, how).map_err(errno)
+            }),
         );
     }
 

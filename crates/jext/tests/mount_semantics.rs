@@ -601,10 +601,18 @@ fn writes_truncates_and_chowns_drop_setuid_setgid_and_capabilities() {
         "a user's truncate drops all"
     );
 
-    // Setgid without group execute marks mandatory locking: a write keeps it.
-    fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o2767)).unwrap();
+    // Setgid without group execute stays for a writer in the file's group, and only there
+    // (`setattr_should_drop_sgid`).
+    let plain_setgid = std::os::unix::fs::PermissionsExt::from_mode(0o2767);
+    fs::set_permissions(&tool, plain_setgid).unwrap();
     assert!(as_user_1000(&["sh", "-c", &append]));
-    assert_eq!(privileges(&tool).0, 0o2767);
+    assert_eq!(privileges(&tool).0, 0o767, "1000 is not in group root");
+    ok("chgrp", &["1000", p(&tool)]);
+    let plain_setgid = std::os::unix::fs::PermissionsExt::from_mode(0o2767);
+    fs::set_permissions(&tool, plain_setgid).unwrap();
+    assert!(as_user_1000(&["sh", "-c", &append]));
+    assert_eq!(privileges(&tool).0, 0o2767, "1000 is in group 1000");
+    ok("chgrp", &["0", p(&tool)]);
 
     // Root has CAP_FSETID: its write keeps the ids but not the capability.
     arm(&tool);
