@@ -91,6 +91,23 @@ impl Fs {
         &self.mounted.inner
     }
 
+    /// Runs `op` under the lock. When it finds no room but transactions not yet committed
+    /// have freed blocks, commits them with the lock released (a commit never waits for
+    /// an operation holding it) and runs `op` once more. `op` must change nothing before
+    /// it fails for room, or change it the same way again.
+    fn with_room<R>(&self, op: impl Fn(&FsInner, &mut FsState) -> FsResult<R>) -> FsResult<R> {
+        let fs = self.inner();
+        let mut st = self.lock()?;
+        match op(fs, &mut st) {
+            Err(FsError::NoSpace(_)) if st.alloc.pending_blocks(fs.journal.committed_tid()) > 0 => {
+                drop(st);
+                fs.journal.commit_all()?;
+                op(fs, &mut *self.lock()?)
+            }
+            result => result,
+        }
+    }
+
     fn lock(&self) -> FsResult<MutexGuard<'_, FsState>> {
         if *self.mounted.unmounted.lock() {
             return Err(FsError::Invalid("the file system is unmounted".into()));
@@ -164,9 +181,10 @@ impl Fs {
     }
 
     fn make(&self, parent: Ino, name: &[u8], node: NewNode) -> FsResult<Stat> {
-        let mut st = self.lock()?;
-        let ino = namei::create(self.inner(), &mut st, parent, name, node)?;
-        stat(self.inner(), ino, &st.inodes[&ino])
+        self.with_room(|fs, st| {
+            let ino = namei::create(fs, st, parent, name, node.clone())?;
+            stat(fs, ino, &st.inodes[&ino])
+        })
     }
 
     /// Creates a regular file with permissions `perm`.
@@ -287,9 +305,10 @@ impl Fs {
 
     /// Adds a hard link `name` in `parent` to `ino`.
     pub fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> FsResult<Stat> {
-        let mut st = self.lock()?;
-        namei::link(self.inner(), &mut st, ino, parent, name)?;
-        stat(self.inner(), ino, &st.inodes[&ino])
+        self.with_room(|fs, st| {
+            namei::link(fs, st, ino, parent, name)?;
+            stat(fs, ino, &st.inodes[&ino])
+        })
     }
 
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
@@ -310,16 +329,7 @@ impl Fs {
         dst: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
-        let mut st = self.lock()?;
-        namei::rename(
-            self.inner(),
-            &mut st,
-            src_parent,
-            src,
-            dst_parent,
-            dst,
-            flags,
-        )
+        self.with_room(|fs, st| namei::rename(fs, st, src_parent, src, dst_parent, dst, flags))
     }
 
     /// Entries of directory `ino` from `cookie` on (0: from the start).
@@ -354,41 +364,23 @@ impl Fs {
 
     /// Changes attributes; returns the new `stat`.
     pub fn setattr(&self, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
-        let mut st = self.lock()?;
-        let fs = self.inner();
-        crate::inodes::load(fs, &mut st, ino)?;
-        inode_guard::check_setattr(ino, st.inodes[&ino].raw.flags(), attr)?;
-        if let Some(size) = attr.size {
-            if st.inodes[&ino].size != size {
-                file::set_size(fs, &mut st, ino, size)?;
-            }
-        }
-        // Dropping `security.capability` may rewrite and free an xattr block.
-        let credits = if attr.drop_privileges.is_some() {
-            12
-        } else {
-            4
-        };
-        let mut tx = Tx::begin(fs, &mut st, credits)?;
-        let r = apply_attrs(&mut tx, ino, attr);
-        tx.end(r)?;
-        stat(fs, ino, &st.inodes[&ino])
+        self.with_room(|fs, st| set_attributes(fs, st, ino, attr))
     }
 
     /// Drops `what` from `ino`, as Linux does before a write; says whether anything went
     /// (mode or ctime changed). Nothing to drop: no transaction.
     pub fn drop_privileges(&self, ino: Ino, what: PrivilegeDrop) -> FsResult<bool> {
-        let mut st = self.lock()?;
-        let fs = self.inner();
-        crate::inodes::load(fs, &mut st, ino)?;
-        let raw = st.inodes[&ino].raw.clone();
-        if !crate::privileges::any_to_drop(fs, ino, &raw, &what)? {
-            return Ok(false);
-        }
-        namei::ensure_space(fs, &mut st, 4, false)?;
-        let mut tx = Tx::begin(fs, &mut st, 12)?;
-        let r = crate::privileges::drop_in(&mut tx, ino, &what);
-        tx.end(r).map(|()| true)
+        self.with_room(|fs, st| {
+            crate::inodes::load(fs, st, ino)?;
+            let raw = st.inodes[&ino].raw.clone();
+            if !crate::privileges::any_to_drop(fs, ino, &raw, &what)? {
+                return Ok(false);
+            }
+            namei::ensure_space(fs, st, 4, false)?;
+            let mut tx = Tx::begin(fs, st, 12)?;
+            let r = crate::privileges::drop_in(&mut tx, ino, &what);
+            tx.end(r).map(|()| true)
+        })
     }
 
     /// Notes that `ino` is open (an unlinked open inode lives until released).
@@ -419,16 +411,14 @@ impl Fs {
     }
 
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        let mut st = self.lock()?;
-        file::write(self.inner(), &mut st, ino, offset, data, true)
+        self.with_room(|fs, st| file::write(fs, st, ino, offset, data, true))
     }
 
     /// A write of pages a kernel cached earlier (FUSE's writeback cache): that kernel keeps
     /// the file's mtime and ctime itself and sends them with a `setattr`, which may come
     /// before these pages do, so the write changes data and size but not the times.
     pub fn write_cached(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        let mut st = self.lock()?;
-        file::write(self.inner(), &mut st, ino, offset, data, false)
+        self.with_room(|fs, st| file::write(fs, st, ino, offset, data, false))
     }
 
     /// `fsync` (`datasync`: `fdatasync`): returns once the file is durable.
@@ -447,8 +437,7 @@ impl Fs {
     }
 
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
-        let mut st = self.lock()?;
-        file::fallocate(self.inner(), &mut st, ino, offset, len, mode)
+        self.with_room(|fs, st| file::fallocate(fs, st, ino, offset, len, mode))
     }
 
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
@@ -487,18 +476,18 @@ impl Fs {
         mode: XattrSetMode,
     ) -> FsResult<()> {
         let kind = self.acl_kind(name)?;
-        let mut st = self.lock()?;
-        let fs = self.inner();
-        crate::inodes::load(fs, &mut st, ino)?;
-        inode_guard::check_xattr_change(ino, st.inodes[&ino].raw.flags())?;
-        namei::ensure_space(fs, &mut st, 4, false)?;
-        let mut tx = Tx::begin(fs, &mut st, 12)?;
-        let r = match kind {
-            Some(kind) => acl::set_xattr(&mut tx, ino, kind, value, mode),
-            None => xattr_ops::set(&mut tx, ino, name, value, mode),
-        }
-        .and_then(|_| touch_ctime(&mut tx, ino));
-        tx.end(r)
+        self.with_room(|fs, st| {
+            crate::inodes::load(fs, st, ino)?;
+            inode_guard::check_xattr_change(ino, st.inodes[&ino].raw.flags())?;
+            namei::ensure_space(fs, st, 4, false)?;
+            let mut tx = Tx::begin(fs, st, 12)?;
+            let r = match kind {
+                Some(kind) => acl::set_xattr(&mut tx, ino, kind, value, mode),
+                None => xattr_ops::set(&mut tx, ino, name, value, mode),
+            }
+            .and_then(|_| touch_ctime(&mut tx, ino));
+            tx.end(r)
+        })
     }
 
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
@@ -634,6 +623,28 @@ impl Fs {
         let (parent, name) = self.split_path(path)?;
         self.mkdir(parent, name.as_bytes(), perm, 0, 0)
     }
+}
+
+/// `setattr` under the lock: a size first (truncate or extend), then the rest in one
+/// transaction.
+fn set_attributes(fs: &FsInner, st: &mut FsState, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
+    crate::inodes::load(fs, st, ino)?;
+    inode_guard::check_setattr(ino, st.inodes[&ino].raw.flags(), attr)?;
+    if let Some(size) = attr.size {
+        if st.inodes[&ino].size != size {
+            file::set_size(fs, st, ino, size)?;
+        }
+    }
+    // Dropping `security.capability` may rewrite and free an xattr block.
+    let credits = if attr.drop_privileges.is_some() {
+        12
+    } else {
+        4
+    };
+    let mut tx = Tx::begin(fs, st, credits)?;
+    let r = apply_attrs(&mut tx, ino, attr);
+    tx.end(r)?;
+    stat(fs, ino, &st.inodes[&ino])
 }
 
 fn touch_ctime(tx: &mut Tx, ino: u32) -> FsResult<()> {

@@ -204,15 +204,11 @@ fn reserve(fs: &FsInner, st: &mut FsState, ino: u32, first: u64, last: u64) -> F
     let count = needed.len() as u64;
     if st.alloc.available_for_data(fs) < count + st.alloc.pending_blocks(fs.journal.committed_tid())
     {
-        // Frees waiting for a commit may make the room; no handle is open here.
-        fs.journal.commit_all()?;
-        if st.alloc.available_for_data(fs)
-            < count + st.alloc.pending_blocks(fs.journal.committed_tid())
-        {
-            return Err(FsError::NoSpace(format!(
-                "inode {ino}: {count} blocks for a write"
-            )));
-        }
+        // Frees waiting for a commit may make the room: `Fs::with_room` commits with the
+        // lock released and tries again.
+        return Err(FsError::NoSpace(format!(
+            "inode {ino}: {count} blocks for a write"
+        )));
     }
     st.alloc.reserved_blocks += count;
     st.inodes

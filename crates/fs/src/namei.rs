@@ -28,6 +28,7 @@ const S_ISGID: u32 = 0o2000;
 const NAMESPACE_CREDITS: u32 = 64;
 
 /// What a new inode is.
+#[derive(Clone)]
 pub(crate) struct NewNode<'a> {
     pub mode: u32,
     pub uid: u32,
@@ -95,22 +96,12 @@ pub(crate) fn ensure_space(
     if inode && st.alloc.free_inodes == 0 {
         return Err(FsError::NoSpace("no free inode left".into()));
     }
-    let usable = |st: &mut FsState| {
-        st.alloc
-            .free_blocks
-            .saturating_sub(st.alloc.pending_blocks(fs.journal.committed_tid()))
-    };
-    if usable(st) >= blocks {
+    let pending = st.alloc.pending_blocks(fs.journal.committed_tid());
+    if st.alloc.free_blocks.saturating_sub(pending) >= blocks {
         return Ok(());
     }
-    if st.alloc.free_blocks >= blocks {
-        // Space freed by transactions that have not committed: commit them. No handle
-        // is open here, so the commit can finish.
-        fs.journal.commit_all()?;
-        if usable(st) >= blocks {
-            return Ok(());
-        }
-    }
+    // Blocks freed by transactions not yet committed may be the room: the caller commits
+    // with the lock released and tries again (`Fs::with_room`), never here under it.
     Err(FsError::NoSpace(format!(
         "{blocks} blocks needed, {} free",
         st.alloc.free_blocks
