@@ -30,7 +30,7 @@ use jext_journal::JournalStats;
 use parking_lot::{Mutex, MutexGuard};
 use std::path::Path;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A mounted file system.
 #[derive(Clone)]
@@ -526,12 +526,7 @@ impl Fs {
             let fs = self.inner();
             if !fs.is_read_only() {
                 let files: Vec<u32> = st.pages.dirty_files().into_iter().map(|(i, _)| i).collect();
-                let dirty: Vec<u32> = st
-                    .inodes
-                    .iter()
-                    .filter(|(_, i)| i.dirty)
-                    .map(|(i, _)| *i)
-                    .collect();
+                let dirty = st.dirty_inodes();
                 for ino in files.into_iter().chain(dirty) {
                     file::writeback(fs, &mut st, ino, true)?;
                 }
@@ -557,7 +552,7 @@ impl Fs {
     /// excess dirty data and dirty inode times, without waiting for a commit.
     pub fn writeback_now(&self) -> FsResult<()> {
         let mut st = self.lock()?;
-        writeback_due(self.inner(), &mut st)
+        crate::writeback_policy::writeback_due(self.inner(), &mut st)
     }
 
     /// The device's IO counters.
@@ -713,45 +708,6 @@ fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
         attr.ctime.unwrap_or_else(crate::types::Timestamp::now),
     ));
     tx.write_inode(ino)
-}
-
-impl WritebackTarget for FsInner {
-    fn writeback_tick(&self) {
-        let mut st = self.state.lock();
-        if st.error.is_some() || self.journal.aborted().is_some() || self.is_read_only() {
-            return;
-        }
-        if let Err(err) = writeback_due(self, &mut st) {
-            st.error
-                .get_or_insert(format!("background writeback failed: {err}"));
-        }
-    }
-}
-
-/// What the writeback thread does each tick: data older than the expiry, then enough to
-/// get under the background threshold, then inodes whose only change is their times.
-fn writeback_due(fs: &FsInner, st: &mut FsState) -> FsResult<()> {
-    let policy = WritebackPolicy::default();
-    let expire = Duration::from_millis(policy.expire_ms);
-    let now = Instant::now();
-    for (ino, since) in st.pages.dirty_files() {
-        if now.duration_since(since) >= expire {
-            file::writeback(fs, st, ino, true)?;
-        }
-    }
-    let background = st.pages.capacity_bytes() / 100 * policy.background_percent as usize;
-    file::write_back_oldest(fs, st, background, true)?;
-    let dirty: Vec<u32> = st
-        .inodes
-        .iter()
-        .filter(|(_, i)| i.dirty)
-        .map(|(i, _)| *i)
-        .collect();
-    for ino in dirty {
-        file::writeback(fs, st, ino, true)?;
-    }
-    st.pages.evict_over_capacity();
-    Ok(())
 }
 
 /// An open file; closing (dropping) it releases the inode.

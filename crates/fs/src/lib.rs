@@ -34,6 +34,7 @@ mod state;
 mod truncate;
 mod tx;
 pub mod types;
+mod writeback_policy;
 mod xattr_ops;
 
 pub use api::{File, Fs};

@@ -398,12 +398,7 @@ fn write_back_everything(fs: &FsInner, st: &mut FsState) -> FsResult<Option<Stri
     if let Some(why) = &st.error {
         return Ok(Some(why.clone()));
     }
-    let dirty: Vec<u32> = st
-        .inodes
-        .iter()
-        .filter(|(_, i)| i.dirty)
-        .map(|(ino, _)| *ino)
-        .collect();
+    let dirty = st.dirty_inodes();
     let with_pages: Vec<u32> = st
         .pages
         .dirty_files()

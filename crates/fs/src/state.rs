@@ -62,6 +62,17 @@ pub(crate) struct FsState {
     pub next_generation: u32,
 }
 
+impl FsState {
+    /// Inodes whose record has changes (times) not yet in any transaction.
+    pub fn dirty_inodes(&self) -> Vec<u32> {
+        self.inodes
+            .iter()
+            .filter(|(_, i)| i.dirty)
+            .map(|(ino, _)| *ino)
+            .collect()
+    }
+}
+
 /// An inode in memory.
 pub(crate) struct InodeInfo {
     /// The record as it should be on disk (times may be newer than what was journaled).

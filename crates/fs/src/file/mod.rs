@@ -1,0 +1,317 @@
+//! File data, in three parts: `read` (page cache, readahead), `write` (into the page
+//! cache with delayed allocation and dirty throttling) and `writeback` (blocks for dirty
+//! pages, data written under the handle that maps it, or through the journal). Here: what
+//! fsync must do first, size changes (truncate, extend), fallocate and punching holes,
+//! extents and SEEK_DATA/SEEK_HOLE.
+//!
+//! Promises: the on-disk size only grows in the transaction that maps the data under it,
+//! so a crash never shows a file longer than what reached the disk. Must never wait for a
+//! commit (callers do, with the file system lock released).
+
+mod read;
+mod write;
+mod writeback;
+
+use read::page_data;
+pub(crate) use read::read;
+pub(crate) use write::{write, write_back_oldest};
+pub(crate) use writeback::writeback;
+use writeback::{release_reservations, sync_size_and_inode};
+
+use crate::blockmap;
+use crate::error::{FsError, FsResult};
+use crate::format::extent::Extent;
+use crate::inodes::inode_time;
+use crate::namei::ensure_space;
+use crate::state::{FsInner, FsState};
+use crate::truncate;
+use crate::tx::Tx;
+use crate::types::{FallocateMode, Timestamp};
+use jext_journal::{tid_geq, Tid};
+
+/// Metadata blocks (extent and bitmap blocks) a preallocation may need besides its data.
+const ALLOCATION_METADATA_BLOCKS: u64 = 16;
+
+/// Largest file: 2^32 - 1 blocks, as ext4 limits extent-mapped files (`ext4_max_size`:
+/// logical block numbers are 32 bits and a run's end must fit too), so every logical
+/// block and every run end fits a `u32`.
+const MAX_FILE_BLOCKS: u64 = (1 << 32) - 1;
+
+fn load_regular(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
+    crate::inodes::load(fs, st, ino)?;
+    let info = &st.inodes[&ino];
+    if info.is_dir() {
+        return Err(FsError::IsDir(format!("inode {ino}")));
+    }
+    if !info.is_reg() {
+        return Err(FsError::Invalid(format!(
+            "inode {ino} is not a regular file"
+        )));
+    }
+    Ok(())
+}
+
+/// Makes `ino` ready to be durable: writes back its data (and metadata unless
+/// `datasync`); returns the transaction to wait for and whether a flush is needed.
+pub(crate) fn prepare_sync(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    datasync: bool,
+) -> FsResult<(Option<Tid>, bool)> {
+    crate::inodes::load(fs, st, ino)?;
+    if !fs.is_read_only() {
+        writeback(fs, st, ino, !datasync)?;
+    }
+    let committed = fs.journal.committed_tid();
+    let info = st.inodes.get_mut(&ino).expect("loaded");
+    // A directory's entries are its data: fdatasync of a directory must make them durable
+    // as fsync does (SQLite syncs the directory so after deleting a rollback journal).
+    let datasync = datasync && !info.is_dir();
+    let wanted = if datasync {
+        info.datasync_tid.or(info.sync_tid)
+    } else {
+        later_tid(info.sync_tid, info.datasync_tid)
+    };
+    let tid = wanted.filter(|t| !tid_geq(committed, *t));
+    let flush = std::mem::take(&mut info.unflushed_data);
+    Ok((tid, flush))
+}
+
+fn later_tid(a: Option<Tid>, b: Option<Tid>) -> Option<Tid> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if tid_geq(a, b) { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Zeroes bytes `[from, to)` of page `index`. A page over a hole or an unwritten block
+/// that nobody dirtied already reads as zeros, so it is dropped rather than dirtied.
+fn zero_in_page(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    index: u64,
+    from: usize,
+    to: usize,
+) -> FsResult<()> {
+    let raw = st.inodes[&ino].raw.clone();
+    let written = blockmap::lookup(fs, ino, &raw, index as u32)?.is_some_and(|e| !e.unwritten);
+    let dirty = st.pages.get(ino, index).is_some_and(|p| p.is_dirty());
+    if written || dirty {
+        page_data(fs, st, ino, index)?;
+        st.pages.modify(ino, index, |p| p[from..to].fill(0));
+    } else {
+        st.pages.discard(ino, index, index + 1);
+    }
+    Ok(())
+}
+
+/// Changes the size of `ino` to `new_size`.
+pub(crate) fn set_size(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) -> FsResult<()> {
+    load_regular(fs, st, ino)?;
+    let bs = u64::from(fs.geo.block_size);
+    if new_size > MAX_FILE_BLOCKS * bs {
+        return Err(FsError::FileTooBig(format!("inode {ino}: size {new_size}")));
+    }
+    let old = st.inodes[&ino].size;
+    if new_size < old {
+        // Zero the tail of the new last page, so growing the file later shows zeros.
+        if !new_size.is_multiple_of(bs) {
+            let within = (new_size % bs) as usize;
+            zero_in_page(fs, st, ino, new_size / bs, within, bs as usize)?;
+        }
+        let keep_pages = new_size.div_ceil(bs);
+        st.pages.truncate(ino, keep_pages);
+        let info = st.inodes.get_mut(&ino).expect("loaded");
+        let dropped: Vec<u64> = info.reserved_pages.range(keep_pages..).copied().collect();
+        for i in &dropped {
+            info.reserved_pages.remove(i);
+        }
+        st.alloc.reserved_blocks -= dropped.len() as u64;
+    }
+    let t = inode_time(Timestamp::now());
+    let info = st.inodes.get_mut(&ino).expect("loaded");
+    info.size = new_size;
+    info.raw.set_mtime(t);
+    info.raw.set_ctime(t);
+    if new_size < old {
+        truncate::shrink(fs, st, ino, new_size)
+    } else {
+        let mut tx = Tx::begin(fs, st, 4)?;
+        let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
+        tx.end(r).map(|_| ())
+    }
+}
+
+/// `fallocate`: preallocates (unwritten blocks) or punches a hole in `[offset, offset+len)`.
+pub(crate) fn fallocate(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    offset: u64,
+    len: u64,
+    mode: FallocateMode,
+) -> FsResult<()> {
+    load_regular(fs, st, ino)?;
+    crate::tx::check_writable(fs, st)?;
+    let only_allocates = !mode.punch_hole && !mode.zero_range;
+    crate::inode_guard::check_fallocate(ino, st.inodes[&ino].raw.flags(), only_allocates)?;
+    let bs = u64::from(fs.geo.block_size);
+    let end = offset
+        .checked_add(len)
+        .filter(|&e| len > 0 && e <= MAX_FILE_BLOCKS * bs);
+    let Some(end) = end else {
+        return Err(FsError::Invalid(format!("fallocate range {offset}+{len}")));
+    };
+    if mode.punch_hole {
+        return punch_hole(fs, st, ino, offset, end);
+    }
+    if mode.zero_range {
+        // A hole, then unwritten blocks over it: reads give zeros, the space stays
+        // allocated, and the size grows unless asked not to, as ext4's zero range.
+        punch_hole(fs, st, ino, offset, end)?;
+    }
+    let raw = st.inodes[&ino].raw.clone();
+    let mut holes = Vec::new();
+    let mut index = offset / bs;
+    while index < end.div_ceil(bs) {
+        match blockmap::lookup(fs, ino, &raw, index as u32)? {
+            Some(e) => index = e.end(),
+            None => {
+                let start = index;
+                while index < end.div_ceil(bs)
+                    && blockmap::lookup(fs, ino, &raw, index as u32)?.is_none()
+                {
+                    index += 1;
+                }
+                holes.push((start, index - start));
+            }
+        }
+    }
+    let wanted: u64 = holes.iter().map(|(_, n)| n).sum();
+    ensure_space(fs, st, wanted + ALLOCATION_METADATA_BLOCKS, false)?;
+    for chunk in holes.chunks(16) {
+        let mut tx = Tx::begin(fs, st, 32 + 12 * chunk.len() as u32)?;
+        let r = (|| {
+            for &(start, n) in chunk {
+                blockmap::allocate(&mut tx, ino, start as u32, n as u32, true)?;
+                release_reservations(&mut tx, ino, start, n);
+            }
+            tx.write_inode(ino)
+        })();
+        tx.end(r)?;
+    }
+    let t = inode_time(Timestamp::now());
+    let info = st.inodes.get_mut(&ino).expect("loaded");
+    info.raw.set_ctime(t);
+    if !mode.keep_size && end > info.size {
+        info.size = end;
+        info.raw.set_mtime(t);
+    }
+    let mut tx = Tx::begin(fs, st, 4)?;
+    let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
+    tx.end(r).map(|_| ())
+}
+
+fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -> FsResult<()> {
+    let bs = u64::from(fs.geo.block_size);
+    let size = st.inodes[&ino].size;
+    let end = end.min(size.max(offset));
+    if end <= offset {
+        return Ok(());
+    }
+    // Zero the partial pages at either edge in place.
+    for (from, to) in [
+        (offset, end.min((offset / bs + 1) * bs)),
+        ((end / bs * bs).max(offset), end),
+    ] {
+        if from < to && (from % bs != 0 || to % bs != 0) {
+            let (a, b) = ((from % bs) as usize, ((to - 1) % bs) as usize + 1);
+            zero_in_page(fs, st, ino, from / bs, a, b)?;
+        }
+    }
+    let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
+    if first_full < end_full {
+        st.pages.discard(ino, first_full, end_full);
+        let info = st.inodes.get_mut(&ino).expect("loaded");
+        let dropped: Vec<u64> = info
+            .reserved_pages
+            .range(first_full..end_full)
+            .copied()
+            .collect();
+        for i in &dropped {
+            info.reserved_pages.remove(i);
+        }
+        st.alloc.reserved_blocks -= dropped.len() as u64;
+        truncate::unmap_chunked(fs, st, ino, first_full, end_full)?;
+    }
+    let t = inode_time(Timestamp::now());
+    let info = st.inodes.get_mut(&ino).expect("loaded");
+    info.raw.set_mtime(t);
+    info.raw.set_ctime(t);
+    let mut tx = Tx::begin(fs, st, 4)?;
+    let r = tx.write_inode(ino);
+    tx.end(r)
+}
+
+/// Extents of any extent-mapped inode (SEEK_DATA/SEEK_HOLE, `jext debug`, tests).
+pub(crate) fn extents(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Vec<Extent>> {
+    crate::inodes::load(fs, st, ino)?;
+    let raw = st.inodes[&ino].raw.clone();
+    blockmap::extents(fs, ino, &raw)
+}
+
+/// `lseek(SEEK_DATA)` (`hole == false`) or `lseek(SEEK_HOLE)` (`hole == true`) from `offset`.
+/// Data is every block an extent maps (unwritten ones too: POSIX lets a file system call
+/// a hole data, and an unwritten extent may have dirty pages over it) and every dirty
+/// page not yet allocated (delayed allocation). ENXIO past the end, as Linux answers.
+pub(crate) fn seek(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    offset: u64,
+    hole: bool,
+) -> FsResult<u64> {
+    crate::inodes::load(fs, st, ino)?;
+    let size = st.inodes[&ino].size;
+    if offset >= size {
+        return Err(FsError::NoSuchOffset(format!(
+            "offset {offset} is at or past the end ({size} bytes) of inode {ino}"
+        )));
+    }
+    let no_data = || FsError::NoSuchOffset(format!("no data after offset {offset} in inode {ino}"));
+    let bs = u64::from(fs.geo.block_size);
+    let mut data_blocks: Vec<(u64, u64)> = extents(fs, st, ino)?
+        .iter()
+        .map(|e| (u64::from(e.logical), e.end()))
+        .collect();
+    let per_page = st.pages.page_size() as u64 / bs;
+    data_blocks.extend(
+        st.pages
+            .dirty_indices(ino)
+            .into_iter()
+            .map(|p| (p * per_page, (p + 1) * per_page)),
+    );
+    data_blocks.sort_unstable();
+    let mut block = offset / bs;
+    for (start, end) in data_blocks {
+        if end <= block {
+            continue;
+        }
+        if hole {
+            if start > block {
+                break; // a gap before this run: the hole starts at `block`
+            }
+            block = end;
+        } else {
+            let at = (start.max(block) * bs).max(offset);
+            return if at < size { Ok(at) } else { Err(no_data()) };
+        }
+    }
+    if hole {
+        Ok((block * bs).max(offset).min(size))
+    } else {
+        Err(no_data())
+    }
+}

@@ -1,0 +1,100 @@
+//! Reading file data: pages come from the page cache, or from disk with readahead along
+//! the extent under them, or are zeros over holes and unwritten blocks.
+//!
+//! Promises: a page read from disk is never staler than a committed journal copy of its
+//! block (data=journal reads the journal's copy first). Must never change what is on disk.
+
+use super::{load_regular, MAX_FILE_BLOCKS};
+use crate::blockmap;
+use crate::error::FsResult;
+use crate::options::DataMode;
+use crate::state::{FsInner, FsState};
+use std::sync::Arc;
+
+/// Pages read ahead from a contiguous extent on a miss.
+const READAHEAD_PAGES: u64 = 64;
+
+/// Reads up to `len` bytes at `offset`.
+pub(crate) fn read(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    offset: u64,
+    len: usize,
+) -> FsResult<Vec<u8>> {
+    load_regular(fs, st, ino)?;
+    crate::inodes::note_access(fs, st.inodes.get_mut(&ino).expect("loaded"));
+    let size = st.inodes[&ino].size;
+    if offset >= size || len == 0 {
+        return Ok(Vec::new());
+    }
+    let end = (offset + len as u64).min(size);
+    let bs = u64::from(fs.geo.block_size);
+    let mut out = Vec::with_capacity((end - offset) as usize);
+    let mut pos = offset;
+    while pos < end {
+        let index = pos / bs;
+        let page = page_data(fs, st, ino, index)?;
+        let within = (pos % bs) as usize;
+        let n = ((end - pos) as usize).min(bs as usize - within);
+        out.extend_from_slice(&page[within..within + n]);
+        pos += n as u64;
+    }
+    st.pages.evict_over_capacity();
+    Ok(out)
+}
+
+/// The bytes of page `index`: cached, or read from disk (with readahead), or zeros.
+pub(super) fn page_data(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    index: u64,
+) -> FsResult<Arc<[u8]>> {
+    if let Some(page) = st.pages.get(ino, index) {
+        return Ok(page.data().clone());
+    }
+    let bs = fs.geo.block_size as usize;
+    let raw = st.inodes[&ino].raw.clone();
+    let size_pages = st.inodes[&ino].size.div_ceil(bs as u64);
+    let extent = if index < MAX_FILE_BLOCKS {
+        blockmap::lookup(fs, ino, &raw, index as u32)?
+    } else {
+        None
+    };
+    let Some(e) = extent.filter(|e| !e.unwritten) else {
+        let zeros: Arc<[u8]> = Arc::from(vec![0u8; bs]);
+        st.pages.insert_clean(ino, index, zeros.clone());
+        return Ok(zeros);
+    };
+    let ahead = (e.end() - index)
+        .min(READAHEAD_PAGES)
+        .min(size_pages.saturating_sub(index))
+        .max(1);
+    let phys = e.start + (index - u64::from(e.logical));
+    let mut bytes = vec![0u8; ahead as usize * bs];
+    fs.io.read(phys * bs as u64, &mut bytes)?;
+    let mut first = None;
+    for (i, chunk) in bytes.chunks(bs).enumerate() {
+        let block = phys + i as u64;
+        // A journaled copy not yet written home is newer than the home block.
+        if fs.options.data_mode != DataMode::Journal {
+            let cached = fs.cache.peek(block).is_some();
+            let committed = fs.journal.committed_copy(block).is_some();
+            assert!(!cached && !committed, "data block {block} of inode {ino} (page {}) has a journal copy: cached {cached} committed {committed}", index + i as u64);
+        }
+        let data: Arc<[u8]> = match fs.cache.peek(block).or_else(|| {
+            fs.journal
+                .committed_copy(block)
+                .map(|d| Arc::new(jext_journal::JBuf::new(block, d)))
+        }) {
+            Some(buf) => buf.bytes(),
+            None => Arc::from(chunk),
+        };
+        if i == 0 {
+            first = Some(data.clone());
+        }
+        st.pages.insert_clean(ino, index + i as u64, data);
+    }
+    Ok(first.expect("at least one page was read"))
+}

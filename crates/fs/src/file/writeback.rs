@@ -1,0 +1,307 @@
+//! Writeback: dirty pages of a file get blocks, in contiguous runs for consecutive pages,
+//! and their data is written while the handle that maps them is still open, so the
+//! transaction cannot commit before the data was sent (data=ordered); the commit's
+//! preflush then makes both durable. With data=journal the pages go through the journal.
+//!
+//! Promises: the on-disk size only grows in the transaction that maps the data under it,
+//! so a crash never shows a file longer than what reached the disk. Must never write a
+//! page into a block another file may still own (blocks freed by uncommitted transactions
+//! are not reused).
+
+use crate::blockmap;
+use crate::error::FsResult;
+use crate::options::DataMode;
+use crate::state::{FsInner, FsState};
+use crate::tx::Tx;
+use jext_io::{IoFlags, WriteRequest};
+use jext_journal::Tid;
+
+/// Pages written back in one transaction.
+const WRITEBACK_BATCH_PAGES: usize = 2048;
+
+/// Writes back the dirty pages of `ino` (and, with `with_times`, its timestamps);
+/// returns the last transaction used, if any.
+pub(crate) fn writeback(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    with_times: bool,
+) -> FsResult<Option<Tid>> {
+    let dirty = st.pages.dirty_indices(ino);
+    let mut tid = None;
+    for batch in batches(fs, &dirty) {
+        tid = writeback_batch(fs, st, ino, batch, with_times)?.or(tid);
+    }
+    let info = st.inodes.get(&ino);
+    let size_unwritten = info.is_some_and(|i| i.raw.size() != i.size && i.is_reg());
+    let times = with_times && info.is_some_and(|i| i.dirty);
+    if dirty.is_empty() && (size_unwritten || times) {
+        // Only metadata is dirty: a size change past the data (a hole), or times.
+        let mut tx = Tx::begin(fs, st, 4)?;
+        let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
+        tid = Some(tx.end(r)?);
+    }
+    Ok(tid)
+}
+
+/// Sets the on-disk size as far as `written_end` allows and journals the inode.
+pub(super) fn sync_size_and_inode(tx: &mut Tx, ino: u32, written_end: u64) -> FsResult<Tid> {
+    let info = tx.inode(ino)?;
+    let disk = info
+        .size
+        .min(written_end)
+        .max(info.raw.size().min(info.size));
+    if disk != info.raw.size() {
+        info.raw.set_size(disk);
+        tx.mark_datasync(ino);
+    }
+    tx.write_inode(ino)?;
+    Ok(tx.tid())
+}
+
+/// Journal credits a writeback batch needs: a base for the inode and group blocks, some
+/// per run of pages (allocation, extent tree, bitmaps), and every page under data=journal.
+fn batch_credits(runs: usize, pages: usize, journal_data: bool) -> u32 {
+    16 + 12 * runs as u32 + if journal_data { pages as u32 } else { 0 }
+}
+
+/// Splits sorted dirty page indices into batches that each fit one handle.
+fn batches<'p>(fs: &FsInner, dirty: &'p [u64]) -> Vec<&'p [u64]> {
+    let journal_data = fs.options.data_mode == DataMode::Journal;
+    let cap = fs.journal.max_transaction_blocks() / 2;
+    let mut out = Vec::new();
+    let (mut start, mut runs) = (0, 0);
+    for i in 0..dirty.len() {
+        let new_run = i == start || dirty[i] != dirty[i - 1] + 1;
+        let pages = i + 1 - start;
+        let credits = batch_credits(runs + usize::from(new_run), pages, journal_data);
+        if i > start && (credits > cap || pages > WRITEBACK_BATCH_PAGES) {
+            out.push(&dirty[start..i]);
+            start = i;
+            runs = 1;
+        } else if new_run {
+            runs += 1;
+        }
+    }
+    if start < dirty.len() {
+        out.push(&dirty[start..]);
+    }
+    out
+}
+
+/// One state of a run of consecutive pages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mapping {
+    Hole,
+    Unwritten(u64),
+    Written(u64),
+}
+
+fn mapping_at(
+    fs: &FsInner,
+    ino: u32,
+    raw: &crate::format::inode::Inode,
+    index: u64,
+) -> FsResult<(Mapping, u64)> {
+    Ok(match blockmap::lookup(fs, ino, raw, index as u32)? {
+        None => (Mapping::Hole, 1),
+        Some(e) => {
+            let phys = e.start + (index - u64::from(e.logical));
+            let left = e.end() - index;
+            if e.unwritten {
+                (Mapping::Unwritten(phys), left)
+            } else {
+                (Mapping::Written(phys), left)
+            }
+        }
+    })
+}
+
+fn writeback_batch(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    pages: &[u64],
+    with_times: bool,
+) -> FsResult<Option<Tid>> {
+    let raw = st.inodes[&ino].raw.clone();
+    let journal_data = fs.options.data_mode == DataMode::Journal;
+    let runs = consecutive_runs(pages);
+    let last_end = (pages.last().copied().unwrap_or(0) + 1) * u64::from(fs.geo.block_size);
+    let info = &st.inodes[&ino];
+    let grows = info.raw.size() < info.size.min(last_end);
+    // Decided by the block map itself: a page over a hole needs a block whether or not it
+    // holds a reservation.
+    let (mut needs_blocks, mut any_unwritten) = (false, false);
+    for &(first, len) in &runs {
+        let mut i = first;
+        while i < first + len {
+            let (m, left) = mapping_at(fs, ino, &raw, i)?;
+            needs_blocks |= m == Mapping::Hole;
+            any_unwritten |= matches!(m, Mapping::Unwritten(_));
+            i += left.max(1);
+        }
+    }
+    if !(needs_blocks || any_unwritten || journal_data || grows || with_times) {
+        // Pure overwrite of mapped blocks: no metadata changes, no handle.
+        write_pages_in_place(fs, st, ino, &raw, &runs)?;
+        st.inodes.get_mut(&ino).expect("loaded").unflushed_data = true;
+        return Ok(None);
+    }
+    let mut tx = Tx::begin(fs, st, batch_credits(runs.len(), pages.len(), journal_data))?;
+    let r = (|| {
+        for &(first, len) in &runs {
+            write_run(&mut tx, ino, first, len, journal_data)?;
+        }
+        sync_size_and_inode(&mut tx, ino, last_end)
+    })();
+    tx.end(r).map(Some)
+}
+
+/// (first index, length) of each run of consecutive indices.
+fn consecutive_runs(indices: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &i in indices {
+        match runs.last_mut() {
+            Some((first, len)) if *first + *len == i => *len += 1,
+            _ => runs.push((i, 1)),
+        }
+    }
+    runs
+}
+
+fn write_pages_in_place(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    raw: &crate::format::inode::Inode,
+    runs: &[(u64, u64)],
+) -> FsResult<()> {
+    let bs = u64::from(fs.geo.block_size);
+    let mut requests = Vec::new();
+    for &(first, len) in runs {
+        for index in first..first + len {
+            let (Mapping::Written(phys), _) = mapping_at(fs, ino, raw, index)? else {
+                unreachable!("only mapped pages are written in place");
+            };
+            let data = st
+                .pages
+                .get(ino, index)
+                .expect("dirty pages are cached")
+                .data()
+                .clone();
+            requests.push(WriteRequest::new(phys * bs, data, IoFlags::empty()));
+        }
+    }
+    fs.io.submit(requests).wait()?;
+    for &(first, len) in runs {
+        for index in first..first + len {
+            st.pages.mark_clean(ino, index);
+        }
+    }
+    Ok(())
+}
+
+/// Writes one run of dirty pages, allocating or converting blocks as needed.
+fn write_run(tx: &mut Tx, ino: u32, first: u64, len: u64, journal_data: bool) -> FsResult<()> {
+    let mut index = first;
+    while index < first + len {
+        let raw = tx.raw_inode(ino)?;
+        let (mapping, left) = mapping_at(tx.fs, ino, &raw, index)?;
+        let n = match mapping {
+            Mapping::Hole => {
+                let hole = hole_len(tx, ino, &raw, index, first + len)?;
+                let placed = blockmap::allocate(tx, ino, index as u32, hole as u32, false)?;
+                release_reservations(tx, ino, index, hole);
+                for e in placed {
+                    put_data(
+                        tx,
+                        ino,
+                        u64::from(e.logical),
+                        e.start,
+                        u64::from(e.len),
+                        journal_data,
+                    )?;
+                }
+                hole
+            }
+            Mapping::Unwritten(phys) => {
+                let n = left.min(first + len - index);
+                put_data(tx, ino, index, phys, n, journal_data)?;
+                blockmap::mark_written(tx, ino, index as u32, index + n)?;
+                n
+            }
+            Mapping::Written(phys) => {
+                let n = left.min(first + len - index);
+                put_data(tx, ino, index, phys, n, journal_data)?;
+                n
+            }
+        };
+        index += n;
+    }
+    Ok(())
+}
+
+/// Length of the hole at `index`, up to `limit`.
+fn hole_len(
+    tx: &mut Tx,
+    ino: u32,
+    raw: &crate::format::inode::Inode,
+    index: u64,
+    limit: u64,
+) -> FsResult<u64> {
+    let mut end = index + 1;
+    while end < limit && blockmap::lookup(tx.fs, ino, raw, end as u32)?.is_none() {
+        end += 1;
+    }
+    Ok(end - index)
+}
+
+pub(super) fn release_reservations(tx: &mut Tx, ino: u32, first: u64, count: u64) {
+    let info = tx.st.inodes.get_mut(&ino).expect("loaded");
+    let mut released = 0;
+    for i in first..first + count {
+        if info.reserved_pages.remove(&i) {
+            released += 1;
+        }
+    }
+    tx.st.alloc.reserved_blocks -= released;
+}
+
+/// Sends `count` pages from `index` to blocks from `phys`: written in place (before the
+/// handle stops, which orders them before the commit), or journaled.
+fn put_data(
+    tx: &mut Tx,
+    ino: u32,
+    index: u64,
+    phys: u64,
+    count: u64,
+    journal_data: bool,
+) -> FsResult<()> {
+    let bs = u64::from(tx.fs.geo.block_size);
+    let mut requests = Vec::new();
+    for i in 0..count {
+        let Some(page) = tx.st.pages.get(ino, index + i) else {
+            continue;
+        };
+        let data = page.data().clone();
+        let block = phys + i;
+        if journal_data {
+            let buf = match tx.fs.cache.peek(block) {
+                Some(buf) => buf,
+                None => tx.fs.cache.get_new(block),
+            };
+            tx.modify_buf(&buf, |b| b.copy_from_slice(&data))?;
+            // The data now lives in this transaction: fdatasync must wait for it even
+            // when nothing else about the file changed (an overwrite in place).
+            tx.mark_datasync(ino);
+        } else {
+            requests.push(WriteRequest::new(block * bs, data, IoFlags::ORDERED));
+        }
+        tx.st.pages.mark_clean(ino, index + i);
+    }
+    if !requests.is_empty() {
+        tx.fs.io.submit(requests).wait()?;
+    }
+    Ok(())
+}
