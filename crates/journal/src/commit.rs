@@ -51,6 +51,7 @@ pub(crate) fn commit_thread(shared: Arc<Shared>) {
         shared
             .commit_wake
             .wait_for(&mut st, wait.max(Duration::from_millis(1)));
+        st.stats.commit_thread_wakeups += 1;
     }
 }
 

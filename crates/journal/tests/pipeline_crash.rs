@@ -340,3 +340,52 @@ fn commits_overlap_and_group_into_fewer_flush_rounds() {
     let flushes = dev.counters().snapshot().flushes;
     eprintln!("{fsyncs} fsyncs: {stats:?}, {flushes} device flushes");
 }
+
+#[test]
+fn stopping_handles_does_not_wake_the_commit_thread() {
+    let dev = fresh_device(false);
+    let io = Arc::new(IoQueue::new(dev.clone()));
+    let journal = Journal::load(io, area(), JournalConfig::default()).unwrap();
+    let buf = Arc::new(JBuf::zeroed(OWN_BASE, BS as usize));
+    let before = journal.stats().commit_thread_wakeups;
+    for round in 0..2000u32 {
+        let mut h = journal.start(1).unwrap();
+        h.modify(&buf, fill(round)).unwrap();
+        h.stop();
+    }
+    let woke = journal.stats().commit_thread_wakeups - before;
+    assert!(
+        woke <= 2,
+        "2000 handle stops woke the commit thread {woke} times"
+    );
+    // A commit someone waits for does wake it.
+    journal.commit_all().unwrap();
+    assert!(journal.stats().commit_thread_wakeups > before + woke);
+    assert_eq!(journal.stats().commits, 1);
+}
+
+#[test]
+fn on_a_barrier_device_a_commit_costs_one_flush_and_no_fua() {
+    let dev = fresh_device(true);
+    let io = Arc::new(IoQueue::new(dev.clone()));
+    assert!(
+        io.barrier_mode(),
+        "the simulator with a barrier write keeps epochs"
+    );
+    let journal = Journal::load(io, area(), JournalConfig::default()).unwrap();
+    let buf = Arc::new(JBuf::zeroed(OWN_BASE, BS as usize));
+    let mut h = journal.start(1).unwrap();
+    h.modify(&buf, fill(1)).unwrap();
+    h.stop();
+    journal.commit_all().unwrap(); // the first commit also points the superblock at the log
+    let before = dev.counters().snapshot();
+    let mut h = journal.start(1).unwrap();
+    h.modify(&buf, fill(2)).unwrap();
+    let tid = h.tid();
+    h.stop();
+    journal.commit_and_wait_dispatched(tid).unwrap();
+    assert_eq!(journal.dispatched_tid(), tid);
+    journal.commit_and_wait(tid).unwrap();
+    let delta = dev.counters().snapshot() - before;
+    assert_eq!((delta.flushes, delta.fua_writes), (1, 0), "{delta:?}");
+}
