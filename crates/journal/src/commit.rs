@@ -168,6 +168,7 @@ fn reserve_and_dispatch(
         commit_position,
         log_ticket: None,
         commit_issued: false,
+        log_durable: false,
     });
     let committing = st.committing.len() as u64;
     st.stats.max_committing = st.stats.max_committing.max(committing);

@@ -10,7 +10,10 @@
 //!   flush (the IO layer never pretends): the round waits until the logged blocks
 //!   transferred, flushes, then writes the commit blocks (publishing them dispatched:
 //!   fbarrier's point) and, if durability is wanted, makes them durable — with FUA when
-//!   the round holds one transaction, with one more flush when it holds several.
+//!   the round holds one transaction and none is committing behind it, else with one
+//!   more flush. That flush also covers the logged blocks of later transactions that
+//!   transferred before it, so their round needs no flush before its commit blocks:
+//!   under a stream of fsyncs, consecutive rounds share flushes and a round costs one.
 //!
 //! A round runs when someone needs durability (fsync, the timer's commits, the
 //! checkpoint, shutdown), or, on a device without a barrier write, an ordering (fbarrier).
@@ -21,7 +24,7 @@
 //! (ext4 `nobarrier`) no flush is issued and "durable" means only "transferred".
 
 use crate::journal::{Shared, State};
-use crate::tid::{tid_geq, Tid};
+use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::JournalError;
 use jext_io::{IoFlags, IoTicket, WriteRequest};
 use parking_lot::MutexGuard;
@@ -33,6 +36,7 @@ struct Item {
     ticket: IoTicket,
     commit_issued: bool,
     commit_position: u32,
+    log_durable: bool,
     has_revokes: bool,
 }
 
@@ -98,6 +102,7 @@ fn take_items(st: &mut State) -> Vec<Item> {
             ticket,
             commit_issued: t.commit_issued,
             commit_position: t.commit_position,
+            log_durable: t.log_durable,
             has_revokes: !t.revokes.is_empty(),
         });
     }
@@ -116,10 +121,14 @@ fn give_back(st: &mut State, items: Vec<Item>) {
 /// The IO of one round (outside the lock).
 fn run_round(shared: &Shared, items: &mut [Item], durable: bool) -> Result<(), JournalError> {
     let barrier = shared.config.barrier;
+    let mut fua = false;
     if items.iter().any(|i| !i.commit_issued) {
-        write_commit_blocks(shared, items, durable)?;
+        fua = write_commit_blocks(shared, items, durable)?;
     }
-    if durable {
+    if !durable {
+        return Ok(());
+    }
+    if shared.barrier_device {
         for item in items.iter() {
             if barrier {
                 item.ticket.wait_durable()?;
@@ -127,25 +136,43 @@ fn run_round(shared: &Shared, items: &mut [Item], durable: bool) -> Result<(), J
                 item.ticket.wait_transferred()?;
             }
         }
+        return Ok(());
     }
+    for item in items.iter() {
+        item.ticket.wait_transferred()?;
+    }
+    if !barrier || fua {
+        return Ok(());
+    }
+    // The flush that makes this round durable also covers the logged blocks of later
+    // transactions that transferred meanwhile: their rounds skip their first flush.
+    let last = items.last().map(|i| i.tid);
+    let carried = last.map_or_else(Vec::new, |tid| transferred_after(shared, tid));
+    shared.io.flush()?;
+    mark_log_durable(shared, &carried);
     Ok(())
 }
 
-/// On a device without a barrier write: a flush after the logged blocks transferred,
-/// then the commit blocks (with FUA when one is all the round must make durable).
+/// On a device without a barrier write: a flush after the logged blocks transferred
+/// (unless an earlier round's flush covered them), then the commit blocks. Returns
+/// whether they went with FUA (one transaction, and none behind it that a final flush
+/// could serve as well).
 fn write_commit_blocks(
     shared: &Shared,
     items: &mut [Item],
     durable: bool,
-) -> Result<(), JournalError> {
+) -> Result<bool, JournalError> {
     let barrier = shared.config.barrier;
     for item in items.iter().filter(|i| !i.commit_issued) {
         item.ticket.wait_transferred()?;
     }
-    if barrier {
+    if barrier && items.iter().any(|i| !i.commit_issued && !i.log_durable) {
         shared.io.flush()?;
     }
-    let fua = barrier && durable && items.len() == 1;
+    let fua = barrier
+        && durable
+        && items.len() == 1
+        && items.last().is_some_and(|i| nothing_after(shared, i.tid));
     let mut last = None;
     for item in items.iter_mut().filter(|i| !i.commit_issued) {
         let mut flags = IoFlags::ORDERED;
@@ -169,7 +196,37 @@ fn write_commit_blocks(
         let mut st = shared.state.lock();
         shared.publish_dispatched(&mut st, tid);
     }
-    Ok(())
+    Ok(fua)
+}
+
+/// Committing transactions after `tid` whose logged blocks (only) have transferred.
+fn transferred_after(shared: &Shared, tid: Tid) -> Vec<Tid> {
+    let st = shared.state.lock();
+    st.committing
+        .iter()
+        .filter(|t| tid_gt(t.tid, tid) && !t.commit_issued && !t.log_durable)
+        .filter(|t| t.log_ticket.as_ref().is_some_and(|k| k.is_transferred()))
+        .map(|t| t.tid)
+        .collect()
+}
+
+/// No transaction after `tid` is committing.
+fn nothing_after(shared: &Shared, tid: Tid) -> bool {
+    let st = shared.state.lock();
+    st.committing.iter().all(|t| !tid_gt(t.tid, tid))
+}
+
+/// A completed flush covered the logged blocks of `tids`.
+fn mark_log_durable(shared: &Shared, tids: &[Tid]) {
+    if tids.is_empty() {
+        return;
+    }
+    let mut st = shared.state.lock();
+    for t in st.committing.iter_mut() {
+        if tids.contains(&t.tid) {
+            t.log_durable = true;
+        }
+    }
 }
 
 /// The round's transactions are durable: they leave the committing list for the

@@ -239,8 +239,13 @@ pub(crate) struct CommittingTransaction {
     pub(crate) commit_position: u32,
     /// The log blocks (and, on a barrier device, the commit block), once issued.
     pub(crate) log_ticket: Option<IoTicket>,
-    /// Whether the commit block was issued with the log blocks (barrier device).
+    /// Whether the commit block was issued (with the log blocks on a barrier device, by
+    /// the flush thread otherwise).
     pub(crate) commit_issued: bool,
+    /// Its logged blocks had transferred before a flush the flush thread issued for an
+    /// earlier round: they are durable, and its own round needs no flush before its
+    /// commit block (the flushes of consecutive rounds overlap).
+    pub(crate) log_durable: bool,
 }
 
 impl Journal {

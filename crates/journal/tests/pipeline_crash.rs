@@ -11,7 +11,9 @@
 use jext_device::{BlockDevice, CrashCapture, LoggedOp, Selection, SimDevice};
 use jext_io::IoQueue;
 use jext_journal::format::JournalSuperblock;
-use jext_journal::{recover, tid_geq, JBuf, Journal, JournalArea, JournalConfig, LogFeatures, Tid};
+use jext_journal::{
+    recover, tid_geq, JBuf, Journal, JournalArea, JournalConfig, JournalStats, LogFeatures, Tid,
+};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -31,9 +33,21 @@ const SHARED_BLOCK: u64 = 1200;
 type History = Vec<(Tid, u64, u32)>;
 
 fn fresh_device(barrier_device: bool) -> Arc<SimDevice> {
+    fresh_timed_device(barrier_device, false)
+}
+
+/// A device; `timed`: commands take time as on UFS (a flush costs half a millisecond),
+/// so commits overlap and flush rounds group and share flushes as on real disks.
+fn fresh_timed_device(barrier_device: bool, timed: bool) -> Arc<SimDevice> {
     let dev = SimDevice::new(DEVICE_BYTES);
     let dev = if barrier_device {
         dev.with_barrier_write()
+    } else {
+        dev
+    };
+    // After the barrier mode: the timeline shares the device.
+    let dev = if timed {
+        dev.with_latency(jext_device::Preset::Ufs.model())
     } else {
         dev
     };
@@ -59,8 +73,13 @@ fn fill(value: u32) -> impl FnOnce(&mut [u8]) {
 }
 
 /// Runs the concurrent workload with capture on; returns the capture and the history.
-fn run_workload(barrier_device: bool, barrier: bool, seed: u64) -> (CrashCapture, History) {
-    let dev = fresh_device(barrier_device);
+fn run_workload(
+    barrier_device: bool,
+    timed: bool,
+    barrier: bool,
+    seed: u64,
+) -> (CrashCapture, History, JournalStats) {
+    let dev = fresh_timed_device(barrier_device, timed);
     let io = Arc::new(IoQueue::new(dev.clone()));
     let config = JournalConfig {
         commit_interval_ms: 3_600_000,
@@ -123,8 +142,9 @@ fn run_workload(barrier_device: bool, barrier: bool, seed: u64) -> (CrashCapture
     });
     let last = journal.commit_all().unwrap();
     dev.mark(format!("durable {last}"));
+    let stats = journal.stats();
     drop(journal);
-    (dev.take_capture().unwrap(), history.into_inner())
+    (dev.take_capture().unwrap(), history.into_inner(), stats)
 }
 
 /// The blocks' values after every transaction up to `upto` (all tids if `None`...).
@@ -261,9 +281,9 @@ fn explore(
     (failures, states)
 }
 
-fn check(barrier_device: bool) {
-    for seed in 0..8 {
-        let (capture, history) = run_workload(barrier_device, true, seed);
+fn check(barrier_device: bool, timed: bool, seeds: u64) {
+    for seed in 0..seeds {
+        let (capture, history, stats) = run_workload(barrier_device, timed, true, seed);
         let (failures, states) = explore(&capture, &history, barrier_device, seed);
         assert!(
             failures.is_empty(),
@@ -273,27 +293,40 @@ fn check(barrier_device: bool) {
         );
         assert!(states > 100, "only {states} crash states explored");
         eprintln!(
-            "seed {seed}, barrier device {barrier_device}: {states} crash states over {} requests, all a durable prefix",
-            capture.ops().len()
+            "seed {seed}, barrier device {barrier_device}, timed {timed}: {states} crash states over {} requests, all a durable prefix; {} commits, {} flush rounds, at most {} committing at once",
+            capture.ops().len(),
+            stats.commits,
+            stats.durability_rounds,
+            stats.max_committing
         );
     }
 }
 
 #[test]
 fn pipelined_commits_recover_a_prefix_with_every_durable_tid_on_a_plain_device() {
-    check(false);
+    check(false, false, 8);
+}
+
+#[test]
+fn overlapping_commits_on_a_timed_plain_device_recover_a_durable_prefix() {
+    check(false, true, 3);
+}
+
+#[test]
+fn overlapping_commits_on_a_timed_barrier_device_recover_a_durable_prefix() {
+    check(true, true, 3);
 }
 
 #[test]
 fn pipelined_commits_recover_a_prefix_with_every_durable_tid_on_a_barrier_device() {
-    check(true);
+    check(true, false, 8);
 }
 
 #[test]
 fn the_check_fails_a_journal_that_never_flushes() {
     let mut found = 0;
     for seed in 0..3 {
-        let (capture, history) = run_workload(false, false, seed);
+        let (capture, history, _) = run_workload(false, false, false, seed);
         let (failures, states) = explore(&capture, &history, false, seed);
         eprintln!(
             "nobarrier, seed {seed}: {} of {states} crash states fail",
