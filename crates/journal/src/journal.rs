@@ -632,7 +632,11 @@ fn request_commit(shared: &Shared, st: &mut State, tid: Tid, durable: bool) {
     };
     if wanted.is_none_or(|r| tid_gt(tid, r)) {
         *wanted = Some(tid);
-        shared.flush_wake.notify_one();
+        // A running transaction's commit wakes the flush thread once it is dispatched; a
+        // wake-up now would find nothing to do (a context switch on the fsync's path).
+        if st.running.as_ref().is_none_or(|t| tid_gt(t.tid, tid)) {
+            shared.flush_wake.notify_one();
+        }
     }
 }
 

@@ -391,9 +391,8 @@ fn stopping_handles_does_not_wake_the_commit_thread() {
         woke <= 2,
         "2000 handle stops woke the commit thread {woke} times"
     );
-    // A commit someone waits for does wake it.
+    // A commit someone waits for is still made.
     journal.commit_all().unwrap();
-    assert!(journal.stats().commit_thread_wakeups > before + woke);
     assert_eq!(journal.stats().commits, 1);
 }
 
