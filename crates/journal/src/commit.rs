@@ -125,6 +125,9 @@ fn reserve_and_dispatch(
             log_blocks: needed,
         });
     }
+    if shared.log_free(st) < needed {
+        st.stats.commit_room_waits += 1;
+    }
     while shared.log_free(st) < needed {
         if let Some(err) = &st.aborted {
             return Err(err.clone());

@@ -99,6 +99,9 @@ pub struct JournalStats {
     pub max_committing: u64,
     /// Times a writer waited in [`Journal::start`] for the checkpoint to free log space.
     pub log_full_waits: u64,
+    /// Times the commit thread found no room in the log for a transaction and waited for
+    /// the checkpoint (what the background checkpoint is there to avoid).
+    pub commit_room_waits: u64,
     /// Times the commit thread woke up (asked, due, or its timer), to show that stopping
     /// a handle does not wake it.
     pub commit_thread_wakeups: u64,

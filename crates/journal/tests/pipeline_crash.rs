@@ -421,3 +421,38 @@ fn on_a_barrier_device_a_commit_costs_one_flush_and_no_fua() {
     let delta = dev.counters().snapshot() - before;
     assert_eq!((delta.flushes, delta.fua_writes), (1, 0), "{delta:?}");
 }
+
+#[test]
+fn the_checkpoint_runs_beside_the_commits_as_the_log_wraps() {
+    let dev = fresh_device(false);
+    let io = Arc::new(IoQueue::new(dev.clone()));
+    let journal = Journal::load(io, area(), JournalConfig::default()).unwrap();
+    let bufs: Vec<_> = (0..40)
+        .map(|i| Arc::new(JBuf::zeroed(OWN_BASE + i, BS as usize)))
+        .collect();
+    // 100 fsync'd transactions of 40 blocks: four times what the 1024-block log holds.
+    for round in 0..100u32 {
+        let mut h = journal.start(40).unwrap();
+        for buf in &bufs {
+            h.modify(buf, fill(round)).unwrap();
+        }
+        let tid = h.tid();
+        h.stop();
+        journal.commit_and_wait(tid).unwrap();
+    }
+    let stats = journal.stats();
+    assert!(stats.checkpoints >= 3, "{stats:?}");
+    assert_eq!(
+        (stats.commit_room_waits, stats.log_full_waits),
+        (0, 0),
+        "the background checkpoint kept room ahead of the commits: {stats:?}"
+    );
+    journal.shutdown().unwrap();
+    for i in 0..40 {
+        let mut buf = vec![0u8; BS as usize];
+        dev.crash()
+            .read_at((OWN_BASE + i) * u64::from(BS), &mut buf)
+            .unwrap();
+        assert!(buf.chunks(4).all(|c| c == 99u32.to_le_bytes()), "block {i}");
+    }
+}
