@@ -2,8 +2,8 @@
 //! (or fbarrier) at once, so transactions commit while earlier ones are still committing,
 //! the log wraps and the background checkpoint runs. The device's requests are captured;
 //! at every point of the capture, with several subsets of the cached writes kept (each
-//! prefix in issue order, all, none, random ones; on a barrier-capable device only those
-//! that keep its epochs), recovery must yield exactly the state after a prefix of the
+//! prefix in issue order, each prefix followed by a torn write, all, none, random ones;
+//! on a barrier-capable device only those that keep its epochs), recovery must yield exactly the state after a prefix of the
 //! transactions, and that prefix must include every transaction reported durable before
 //! the crash. A journal without flushes (`barrier: false`, ext4 `nobarrier`) must fail the
 //! same check: proof that it can fail.
@@ -202,6 +202,25 @@ fn selections(
             )
         })
         .collect();
+    // Each prefix again with the next write torn: only its first sector reached the disk.
+    for n in 0..len {
+        let sectors = window[n].sectors();
+        if sectors < 2 {
+            continue;
+        }
+        let torn = Selection(
+            (0..len)
+                .map(|i| match i.cmp(&n) {
+                    std::cmp::Ordering::Less => jext_device::Kept::Whole,
+                    std::cmp::Ordering::Equal => {
+                        jext_device::Kept::Sectors((0..sectors).map(|s| s == 0).collect())
+                    }
+                    std::cmp::Ordering::Greater => jext_device::Kept::Nothing,
+                })
+                .collect(),
+        );
+        out.push(torn);
+    }
     for _ in 0..4 {
         let kept = Selection(
             (0..len)
