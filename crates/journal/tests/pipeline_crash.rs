@@ -203,8 +203,8 @@ fn selections(
         })
         .collect();
     // Each prefix again with the next write torn: only its first sector reached the disk.
-    for n in 0..len {
-        let sectors = window[n].sectors();
+    for (n, write) in window.iter().enumerate() {
+        let sectors = write.sectors();
         if sectors < 2 {
             continue;
         }
