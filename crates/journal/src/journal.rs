@@ -1,41 +1,58 @@
-//! The running journal: handles, transactions, the commit thread and the checkpoint.
+//! The running journal: handles, transactions, and the three threads that move them
+//! through JBD2's states — running, committing, checkpoint — in *dual-mode journaling*
+//! (BarrierFS §4: the commit is split into a control plane and a data plane).
 //!
 //! A change to metadata happens inside a [`Handle`], which belongs to the *running*
-//! transaction. The commit thread (JBD2's kjournald2) closes the running transaction when
-//! it is old (`commit_interval_ms`), full (`max_transaction_blocks`), or asked for (fsync),
-//! and commits it through a pipeline of stages:
+//! transaction. Then:
 //!
-//! 1. **lock down** — no new handle joins; wait for open handles to stop; take a snapshot
-//!    of every buffer (a shared `Arc`, so later changes copy: JBD2's frozen data).
-//! 2. **dispatch** — make room in the log (checkpoint if needed), then write revoke
-//!    blocks, descriptor blocks and the logged blocks at the log head.
-//! 3. **make durable** — write the commit block with PREFLUSH|FUA and wait for it.
-//! 4. **complete** — the transaction is committed: its blocks join the checkpoint list,
-//!    waiters wake.
+//! 1. The **commit thread** (`crate::commit`) closes the running transaction when it is old
+//!    (`commit_interval_ms`), full (`max_transaction_blocks`) or asked for (fsync,
+//!    fbarrier), takes its frozen snapshot, reserves its log blocks and *dispatches*
+//!    them (revokes, descriptors, logged blocks; on a barrier-capable device the commit
+//!    block too, as a barrier write), and goes on to the next transaction without waiting
+//!    for anything to be durable. Several transactions may be *committing* at once.
+//! 2. The **flush thread** (`crate::flush`) makes every dispatched transaction durable
+//!    with one flush (group commit), publishes the durable tid and wakes fsync waiters.
+//!    On a device without a barrier write it also writes the commit blocks, after a flush
+//!    that made the logged blocks durable: the order comes from the flush, never from
+//!    hoping the device keeps issue order.
+//! 3. The **checkpoint thread** (`crate::checkpoint`) writes the newest *durable* version of
+//!    each logged block home and moves the log tail, in the background, when the log is
+//!    half used or someone asks. A full log makes a writer wait in [`Journal::start`];
+//!    an fsync whose transaction fits waits only for its own commit.
 //!
-//! The *checkpoint* writes committed blocks to their home locations, flushes, and moves
-//! the log tail in the journal superblock so the space can be reused.
+//! A block changed by a newer transaction while an older one is committing gets one
+//! frozen copy per transaction: each snapshot is an `Arc` the next change copies
+//! (`crate::jbuf`). Copies make the paper's conflict-page list unnecessary: no writer ever
+//! blocks on a committing buffer.
 //!
-//! Promises: a handle's changes reach the disk only as part of a committed transaction; a
-//! transaction is committed (and `commit_and_wait` returns) only after its commit block is
-//! durable; the checkpoint never writes a block that a committed revoke has freed; after an
-//! IO error the journal aborts and no later transaction commits, so what was committed
-//! before stays recoverable.
-//! It must never let a transaction's commit block reach the disk before its logged blocks
-//! (they are written first and the commit carries PREFLUSH), and never move the log tail
-//! past a transaction whose blocks are not durable at home.
+//! Two waits: [`Journal::commit_and_wait`] (fsync: the commit block is durable) and
+//! [`Journal::commit_and_wait_dispatched`] (fbarrier/fdatabarrier: the commit block was
+//! dispatched in order after everything it depends on, and nothing later can persist
+//! before it).
+//!
+//! Promises: a handle's changes reach the disk only as part of a committed transaction;
+//! transactions become durable in tid order, and `commit_and_wait` returns only after its
+//! commit block is durable; the checkpoint writes home only durable versions, never a
+//! block a durable revoke freed, and moves the log tail only past transactions whose
+//! blocks are durable at home; after an IO error the journal aborts and no later
+//! transaction commits, so what was committed before stays recoverable.
+//! It must never let a commit block persist before its transaction's logged blocks, and
+//! never reuse log blocks before the superblock that frees them is durable.
+//! The commit thread is woken only when a commit is asked for or due, or a lock-down
+//! waits for the last handle: never by every handle that stops.
 
 use crate::jbuf::JBuf;
 use crate::log::{LogFeatures, LogLayout};
 use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::{JournalArea, JournalError};
-use jext_io::{IoFlags, IoQueue, WriteRequest};
-use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use jext_io::{IoQueue, IoTicket};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How the journal behaves; the defaults are ext4's.
 #[derive(Clone, Debug)]
@@ -44,8 +61,8 @@ pub struct JournalConfig {
     pub commit_interval_ms: u64,
     /// Largest transaction in log blocks; `None` means a quarter of the log, as JBD2.
     pub max_transaction_blocks: Option<u32>,
-    /// Order the commit block with PREFLUSH|FUA (ext4 `barrier=1`). Without it nothing
-    /// is durable until the device decides, as with ext4 `nobarrier`.
+    /// Make commits durable with flushes (ext4 `barrier=1`). Without it nothing is
+    /// durable until the device decides, as with ext4 `nobarrier`.
     pub barrier: bool,
     /// Features to turn on in the journal superblock at load.
     pub features: LogFeatures,
@@ -75,76 +92,125 @@ pub struct JournalStats {
     pub revokes_logged: u64,
     pub checkpoints: u64,
     pub blocks_checkpointed: u64,
+    /// Rounds of the flush thread that made at least one transaction durable; each
+    /// costs the flushes of one group commit, whatever the number of transactions.
+    pub durability_rounds: u64,
+    /// The most transactions committing (dispatched, not yet durable) at once.
+    pub max_committing: u64,
+    /// Times a writer waited in [`Journal::start`] for the checkpoint to free log space.
+    pub log_full_waits: u64,
+    /// Times the commit thread found no room in the log for a transaction and waited for
+    /// the checkpoint (what the background checkpoint is there to avoid).
+    pub commit_room_waits: u64,
+    /// Times the commit thread woke up (asked, due, or its timer), to show that stopping
+    /// a handle does not wake it.
+    pub commit_thread_wakeups: u64,
 }
 
 /// The journal of one mounted file system.
 pub struct Journal {
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Threads>,
 }
 
-struct Shared {
-    io: Arc<IoQueue>,
-    area: JournalArea,
-    layout: LogLayout,
-    config: JournalConfig,
-    max_transaction_blocks: u32,
-    state: Mutex<State>,
-    /// Signalled whenever a transaction changes state, a handle stops, or a commit is
-    /// requested: waiters re-check their condition.
-    changed: Condvar,
+#[derive(Default)]
+struct Threads {
+    commit: Option<JoinHandle<()>>,
+    flush: Option<JoinHandle<()>>,
+    checkpoint: Option<JoinHandle<()>>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) io: Arc<IoQueue>,
+    pub(crate) area: JournalArea,
+    pub(crate) layout: LogLayout,
+    pub(crate) config: JournalConfig,
+    pub(crate) max_transaction_blocks: u32,
+    /// Commit blocks go out as barrier writes with the logged blocks (the device keeps
+    /// epochs); otherwise the flush thread writes them after a flush.
+    pub(crate) barrier_device: bool,
+    pub(crate) state: Mutex<State>,
+    /// Waiters outside the threads (fsync, fbarrier, writers waiting for room or for a
+    /// lock-down to end, checkpoint callers) re-check their condition.
+    pub(crate) changed: Condvar,
+    /// The commit thread's own wake-up: a commit asked for, or the lock-down's last
+    /// handle stopped.
+    pub(crate) commit_wake: Condvar,
+    /// The flush thread's wake-up: a transaction was dispatched or durability asked for.
+    pub(crate) flush_wake: Condvar,
+    /// The checkpoint thread's wake-up: the log filled or a checkpoint was asked for.
+    pub(crate) checkpoint_wake: Condvar,
+    /// Held by the checkpoint while its home writes are in flight, and by the flush
+    /// thread while it publishes a durable revoke: a home write of a block that a newly
+    /// durable revoke freed can then never land after the file system reused the block.
+    pub(crate) checkpoint_io: Mutex<()>,
     /// A copy of `State::committed` readable without the lock.
     committed_tid: AtomicU32,
+    /// A copy of `State::dispatched` readable without the lock.
+    dispatched_tid: AtomicU32,
 }
 
-struct State {
-    running: Option<RunningTransaction>,
-    next_tid: Tid,
-    /// The last transaction whose commit block is durable.
-    committed: Tid,
-    /// Blocks of the transaction being written to the log right now.
-    committing: Option<(Tid, HashSet<u64>)>,
-    /// The highest tid someone asked to have committed.
-    commit_requested: Option<Tid>,
-    log: LogPosition,
-    checkpoint: CheckpointList,
+pub(crate) struct State {
+    pub(crate) running: Option<RunningTransaction>,
+    pub(crate) next_tid: Tid,
+    /// The last transaction whose commit block was dispatched in order (fbarrier).
+    pub(crate) dispatched: Tid,
+    /// The last transaction whose commit block is durable (fsync).
+    pub(crate) committed: Tid,
+    /// Transactions dispatched (or being dispatched) and not yet durable, oldest first.
+    pub(crate) committing: VecDeque<CommittingTransaction>,
+    /// Every transaction in the log, committing or durable and not yet checkpointed,
+    /// oldest first: `(tid, first log block)`.
+    pub(crate) in_log: VecDeque<(Tid, u32)>,
+    /// The highest tid someone asked to have committed (for the commit thread).
+    pub(crate) commit_requested: Option<Tid>,
+    /// The highest tid someone needs durable (for the flush thread).
+    pub(crate) durable_requested: Option<Tid>,
+    /// The highest tid someone needs dispatched (for the flush thread, on a device whose
+    /// commit blocks it writes).
+    pub(crate) dispatch_requested: Option<Tid>,
+    pub(crate) log: LogPosition,
+    pub(crate) checkpoint: CheckpointList,
     /// The journal superblock on disk says "empty" (`s_start == 0`), so the first commit
     /// must point it at the log first.
-    superblock_says_empty: bool,
-    aborted: Option<JournalError>,
-    shutting_down: bool,
-    /// Someone waits for a checkpoint; the commit thread runs it, so that every write to
-    /// the log and the journal superblock comes from one thread, in order.
-    checkpoint_requested: bool,
-    stats: JournalStats,
+    pub(crate) superblock_says_empty: bool,
+    pub(crate) aborted: Option<JournalError>,
+    /// No new commit is wanted after the running transaction: the commit thread exits.
+    pub(crate) shutting_down: bool,
+    /// The commit thread is gone: the flush and checkpoint threads exit once idle.
+    pub(crate) helpers_stop: bool,
+    /// Someone waits for a checkpoint.
+    pub(crate) checkpoint_requested: bool,
+    pub(crate) stats: JournalStats,
 }
 
 /// Where the live part of the circular log is: `[tail, head)`.
 #[derive(Clone, Copy, Debug)]
-struct LogPosition {
-    head: u32,
-    tail: u32,
-    /// The tid of the oldest transaction still in the log (or the next one, if empty).
-    tail_tid: Tid,
+pub(crate) struct LogPosition {
+    /// Where the next transaction's blocks go (reserved when it starts committing).
+    pub(crate) head: u32,
+    /// The first block the on-disk superblock may still need; moves only after the
+    /// superblock saying so is durable.
+    pub(crate) tail: u32,
 }
 
-/// Committed blocks not yet written home: the newest committed version of each.
+/// Durable blocks not yet written home: the newest durable version of each.
 #[derive(Default)]
-struct CheckpointList {
-    blocks: HashMap<u64, (Tid, Arc<[u8]>)>,
+pub(crate) struct CheckpointList {
+    pub(crate) blocks: HashMap<u64, (Tid, Arc<[u8]>)>,
 }
 
-struct RunningTransaction {
-    tid: Tid,
+pub(crate) struct RunningTransaction {
+    pub(crate) tid: Tid,
     /// No new handle may join: the commit thread is waiting for `updates` to drain.
-    locked: bool,
+    pub(crate) locked: bool,
     /// Open handles.
-    updates: u32,
+    pub(crate) updates: u32,
     /// Credits reserved by open handles and not yet used.
-    reserved_credits: u32,
-    buffers: BTreeMap<u64, Arc<JBuf>>,
-    revokes: BTreeSet<u64>,
-    started_at: Instant,
+    pub(crate) reserved_credits: u32,
+    pub(crate) buffers: BTreeMap<u64, Arc<JBuf>>,
+    pub(crate) revokes: BTreeSet<u64>,
+    pub(crate) started_at: Instant,
 }
 
 impl RunningTransaction {
@@ -160,9 +226,29 @@ impl RunningTransaction {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.buffers.is_empty() && self.revokes.is_empty()
     }
+}
+
+/// A transaction whose log blocks were (or are being) dispatched, not yet durable.
+pub(crate) struct CommittingTransaction {
+    pub(crate) tid: Tid,
+    /// Its frozen snapshot: one copy per transaction of every block it logs.
+    pub(crate) blocks: Vec<(u64, Arc<[u8]>)>,
+    pub(crate) block_set: HashSet<u64>,
+    pub(crate) revokes: Vec<u64>,
+    /// The log block its commit block goes to.
+    pub(crate) commit_position: u32,
+    /// The log blocks (and, on a barrier device, the commit block), once issued.
+    pub(crate) log_ticket: Option<IoTicket>,
+    /// Whether the commit block was issued (with the log blocks on a barrier device, by
+    /// the flush thread otherwise).
+    pub(crate) commit_issued: bool,
+    /// Its logged blocks had transferred before a flush the flush thread issued for an
+    /// earlier round: they are durable, and its own round needs no flush before its
+    /// commit block (the flushes of consecutive rounds overlap).
+    pub(crate) log_durable: bool,
 }
 
 impl Journal {
@@ -183,44 +269,62 @@ impl Journal {
         let state = State {
             running: None,
             next_tid,
+            dispatched: next_tid.wrapping_sub(1),
             committed: next_tid.wrapping_sub(1),
-            committing: None,
+            committing: VecDeque::new(),
+            in_log: VecDeque::new(),
             commit_requested: None,
+            durable_requested: None,
+            dispatch_requested: None,
             log: LogPosition {
                 head: layout.first,
                 tail: layout.first,
-                tail_tid: next_tid,
             },
             checkpoint: CheckpointList::default(),
             superblock_says_empty: true,
             aborted: None,
             shutting_down: false,
+            helpers_stop: false,
             checkpoint_requested: false,
             stats: JournalStats::default(),
         };
+        let barrier_device = io.barrier_mode();
         let shared = Arc::new(Shared {
             io,
             area,
             layout,
             config,
             max_transaction_blocks,
+            barrier_device,
             state: Mutex::new(state),
             changed: Condvar::new(),
+            commit_wake: Condvar::new(),
+            flush_wake: Condvar::new(),
+            checkpoint_wake: Condvar::new(),
+            checkpoint_io: Mutex::new(()),
             committed_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
+            dispatched_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
         });
-        let thread_shared = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("jext-commit".into())
-            .spawn(move || commit_thread(thread_shared))
-            .map_err(|e| JournalError::Thread(e.to_string()))?;
-        Ok(Journal {
-            shared,
-            thread: Mutex::new(Some(thread)),
-        })
+        let journal = Journal {
+            shared: shared.clone(),
+            threads: Mutex::new(Threads::default()),
+        };
+        {
+            let mut threads = journal.threads.lock();
+            threads.commit = Some(spawn("jext-commit", &shared, crate::commit::commit_thread)?);
+            threads.flush = Some(spawn("jext-flush", &shared, crate::flush::flush_thread)?);
+            threads.checkpoint = Some(spawn(
+                "jext-checkpoint",
+                &shared,
+                crate::checkpoint::checkpoint_thread,
+            )?);
+        }
+        Ok(journal)
     }
 
     /// Opens a handle that may dirty up to `credits` buffers not yet in the transaction.
-    /// Blocks while the running transaction is being locked down or is too full.
+    /// Blocks while the running transaction is being locked down or is too full, and
+    /// while the log has no room for another full transaction (the checkpoint runs).
     pub fn start(&self, credits: u32) -> Result<Handle, JournalError> {
         let shared = &self.shared;
         if credits > shared.max_transaction_blocks / 2 {
@@ -230,12 +334,24 @@ impl Journal {
             });
         }
         let mut st = shared.state.lock();
+        let mut counted_wait = false;
         loop {
             if let Some(err) = &st.aborted {
                 return Err(err.clone());
             }
             if st.shutting_down {
                 return Err(JournalError::ShutDown);
+            }
+            if shared.log_free(&st) < shared.max_transaction_blocks {
+                // A full log: the writer waits for the checkpoint, never a commit.
+                if !counted_wait {
+                    st.stats.log_full_waits += 1;
+                    counted_wait = true;
+                }
+                st.checkpoint_requested = true;
+                shared.checkpoint_wake.notify_one();
+                shared.changed.wait(&mut st);
+                continue;
             }
             let Some(t) = st.running.as_mut() else {
                 let tid = st.next_tid;
@@ -253,9 +369,9 @@ impl Journal {
             );
             let has_work = t.updates > 0 || !t.is_empty();
             if would_need > shared.max_transaction_blocks && has_work {
+                // Full: a commit is due (size).
                 let tid = t.tid;
-                request_commit(&mut st, tid);
-                shared.changed.notify_all();
+                request_commit(shared, &mut st, tid, true);
                 shared.changed.wait(&mut st);
                 continue;
             }
@@ -270,33 +386,53 @@ impl Journal {
         }
     }
 
-    /// Commits transaction `tid` (if it is not committed yet) and waits until its commit
-    /// block is durable.
+    /// fsync: commits transaction `tid` (if it is not committed yet) and waits until its
+    /// commit block is durable.
     pub fn commit_and_wait(&self, tid: Tid) -> Result<(), JournalError> {
+        self.wait_for(tid, true)
+    }
+
+    /// fbarrier / fdatabarrier: commits transaction `tid` and waits only until its commit
+    /// block was dispatched in order: everything of it (and of every earlier transaction)
+    /// persists before anything written after this returns, but none of it need be
+    /// durable yet.
+    pub fn commit_and_wait_dispatched(&self, tid: Tid) -> Result<(), JournalError> {
+        self.wait_for(tid, false)
+    }
+
+    fn wait_for(&self, tid: Tid, durable: bool) -> Result<(), JournalError> {
         let shared = &self.shared;
         let mut st = shared.state.lock();
+        let mut asked = false;
         loop {
             if let Some(err) = &st.aborted {
                 return Err(err.clone());
             }
-            if tid_geq(st.committed, tid) {
+            let reached = if durable { st.committed } else { st.dispatched };
+            if tid_geq(reached, tid) {
                 return Ok(());
             }
             if tid_geq(tid, st.next_tid) {
                 // Never started: nothing of it can need committing.
                 return Ok(());
             }
-            request_commit(&mut st, tid);
-            shared.changed.notify_all();
+            if !asked {
+                request_commit(shared, &mut st, tid, durable);
+                asked = true;
+            }
             shared.changed.wait(&mut st);
         }
     }
 
-    /// Commits whatever is running and waits; returns the tid that is now committed.
+    /// Commits whatever is running and waits until it is durable; returns the tid that is
+    /// now committed.
     pub fn commit_all(&self) -> Result<Tid, JournalError> {
         let tid = {
             let st = self.shared.state.lock();
-            st.running.as_ref().map_or(st.committed, |t| t.tid)
+            match st.running.as_ref() {
+                Some(t) => t.tid,
+                None => st.next_tid.wrapping_sub(1),
+            }
         };
         self.commit_and_wait(tid)?;
         Ok(tid)
@@ -307,12 +443,18 @@ impl Journal {
         self.shared.committed_tid.load(Ordering::Acquire)
     }
 
+    /// The last transaction whose commit block was dispatched in order (it may not be
+    /// durable yet).
+    pub fn dispatched_tid(&self) -> Tid {
+        self.shared.dispatched_tid.load(Ordering::Acquire)
+    }
+
     /// Stops the journal: the running transaction never commits, nothing later does, and
     /// what committed before stays in the log for recovery. The file system calls this when
     /// an operation failed halfway, so that its partial changes cannot reach the disk.
     pub fn abort(&self, reason: String) {
         let mut st = self.shared.state.lock();
-        abort(&self.shared, &mut st, JournalError::Halted(reason));
+        self.shared.abort(&mut st, JournalError::Halted(reason));
     }
 
     /// The journal's error, once it has aborted.
@@ -320,14 +462,23 @@ impl Journal {
         self.shared.state.lock().aborted.clone()
     }
 
-    /// The newest committed bytes of `block` that are not yet at home, if any: a reader
-    /// that missed in its cache must use these instead of the home block.
+    /// The newest committing or committed bytes of `block` that are not yet at home, if
+    /// any: a reader that missed in its cache must use these instead of the home block.
     pub fn committed_copy(&self, block: u64) -> Option<Arc<[u8]>> {
         let st = self.shared.state.lock();
-        st.checkpoint
-            .blocks
-            .get(&block)
-            .map(|(_, data)| data.clone())
+        let committing = st.committing.iter().rev().find_map(|t| {
+            t.block_set
+                .contains(&block)
+                .then(|| t.blocks.iter().find(|(b, _)| *b == block))
+                .flatten()
+                .map(|(_, data)| data.clone())
+        });
+        committing.or_else(|| {
+            st.checkpoint
+                .blocks
+                .get(&block)
+                .map(|(_, data)| data.clone())
+        })
     }
 
     pub fn stats(&self) -> JournalStats {
@@ -342,20 +493,21 @@ impl Journal {
         self.shared.max_transaction_blocks
     }
 
-    /// Commits what is running, then writes every committed block home and empties the
-    /// log (the commit thread does the work).
+    /// Commits what is running, then writes every committed block home and moves the log
+    /// tail (the checkpoint thread does the work).
     pub fn checkpoint(&self) -> Result<(), JournalError> {
         self.commit_all()?;
         let shared = &self.shared;
         let mut st = shared.state.lock();
         let done_before = st.stats.checkpoints;
         st.checkpoint_requested = true;
-        shared.changed.notify_all();
+        shared.checkpoint_wake.notify_one();
         loop {
             if let Some(err) = &st.aborted {
                 return Err(err.clone());
             }
-            if st.stats.checkpoints != done_before || st.checkpoint.blocks.is_empty() {
+            let nothing_left = st.checkpoint.blocks.is_empty() && st.in_log.is_empty();
+            if st.stats.checkpoints != done_before || nothing_left {
                 return Ok(());
             }
             shared.changed.wait(&mut st);
@@ -369,6 +521,7 @@ impl Journal {
     /// read-write allows one, points the superblock at the log again.
     pub fn empty_log(&self) -> Result<(), JournalError> {
         self.checkpoint()?;
+        let _io = self.shared.checkpoint_io.lock();
         let mut st = self.shared.state.lock();
         assert!(
             st.running
@@ -379,33 +532,29 @@ impl Journal {
         if st.superblock_says_empty {
             return Ok(());
         }
+        if !st.in_log.is_empty() || !st.checkpoint.blocks.is_empty() {
+            // A timer commit slipped in after the checkpoint: checkpoint it too.
+            drop(st);
+            drop(_io);
+            return self.empty_log();
+        }
         let sb = self.shared.layout.superblock_block(0, st.next_tid);
         // Under the lock, so no commit can start between the write and the flag.
-        write_superblock(&self.shared, sb)?;
+        crate::checkpoint::write_superblock(&self.shared, sb)?;
         st.superblock_says_empty = true;
         st.log.head = self.shared.layout.first;
         st.log.tail = self.shared.layout.first;
-        st.log.tail_tid = st.next_tid;
         Ok(())
     }
 
-    /// Clean shutdown: commit what is running, stop the commit thread, checkpoint, and
-    /// mark the journal empty on disk. After an abort, only stops the thread and returns
-    /// the abort error (the committed log stays for recovery).
+    /// Clean shutdown: commit what is running, stop the threads, checkpoint, and mark the
+    /// journal empty on disk. After an abort, only stops the threads and returns the abort
+    /// error (the committed log stays for recovery).
     pub fn shutdown(&self) -> Result<(), JournalError> {
         let committed = self.commit_all();
-        {
-            let mut st = self.shared.state.lock();
-            st.shutting_down = true;
-            self.shared.changed.notify_all();
-        }
-        if let Some(thread) = self.thread.lock().take() {
-            thread
-                .join()
-                .map_err(|_| JournalError::Thread("the commit thread panicked".into()))?;
-        }
+        self.stop_threads()?;
         committed?;
-        checkpoint(&self.shared)?;
+        crate::checkpoint::checkpoint(&self.shared)?;
         let st = self.shared.state.lock();
         if st.superblock_says_empty {
             // Nothing was logged since load (a read-only mount, or an idle one): the
@@ -415,26 +564,122 @@ impl Journal {
         }
         let sb = self.shared.layout.superblock_block(0, st.next_tid);
         drop(st);
-        write_superblock(&self.shared, sb)
+        crate::checkpoint::write_superblock(&self.shared, sb)
+    }
+
+    /// Stops the commit thread (it commits what is running first), then the flush thread
+    /// (it makes what was dispatched durable first) and the checkpoint thread.
+    fn stop_threads(&self) -> Result<(), JournalError> {
+        let mut threads = self.threads.lock();
+        {
+            let mut st = self.shared.state.lock();
+            st.shutting_down = true;
+            self.shared.commit_wake.notify_all();
+            self.shared.changed.notify_all();
+        }
+        let mut result = Ok(());
+        if let Some(thread) = threads.commit.take() {
+            result = result.and(join(thread, "commit"));
+        }
+        {
+            let mut st = self.shared.state.lock();
+            st.helpers_stop = true;
+            self.shared.flush_wake.notify_all();
+            self.shared.checkpoint_wake.notify_all();
+        }
+        if let Some(thread) = threads.flush.take() {
+            result = result.and(join(thread, "flush"));
+        }
+        if let Some(thread) = threads.checkpoint.take() {
+            result = result.and(join(thread, "checkpoint"));
+        }
+        result
     }
 }
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        {
-            let mut st = self.shared.state.lock();
-            st.shutting_down = true;
-            self.shared.changed.notify_all();
-        }
-        if let Some(thread) = self.thread.lock().take() {
-            let _ = thread.join();
+        let _ = self.stop_threads();
+    }
+}
+
+fn spawn(
+    name: &str,
+    shared: &Arc<Shared>,
+    body: fn(Arc<Shared>),
+) -> Result<JoinHandle<()>, JournalError> {
+    let shared = shared.clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || body(shared))
+        .map_err(|e| JournalError::Thread(e.to_string()))
+}
+
+fn join(thread: JoinHandle<()>, name: &str) -> Result<(), JournalError> {
+    thread
+        .join()
+        .map_err(|_| JournalError::Thread(format!("the {name} thread panicked")))
+}
+
+/// Asks for transaction `tid` to be committed, and to be made durable (`durable`) or only
+/// dispatched in order; wakes the thread that has work because of it, and only that one.
+fn request_commit(shared: &Shared, st: &mut State, tid: Tid, durable: bool) {
+    if tid_gt(tid, st.dispatched) && st.commit_requested.is_none_or(|r| tid_gt(tid, r)) {
+        st.commit_requested = Some(tid);
+        shared.commit_wake.notify_one();
+    }
+    let wanted = if durable {
+        &mut st.durable_requested
+    } else {
+        &mut st.dispatch_requested
+    };
+    if wanted.is_none_or(|r| tid_gt(tid, r)) {
+        *wanted = Some(tid);
+        // A running transaction's commit wakes the flush thread once it is dispatched; a
+        // wake-up now would find nothing to do (a context switch on the fsync's path).
+        if st.running.as_ref().is_none_or(|t| tid_gt(t.tid, tid)) {
+            shared.flush_wake.notify_one();
         }
     }
 }
 
-fn request_commit(st: &mut State, tid: Tid) {
-    if st.commit_requested.is_none_or(|r| tid_gt(tid, r)) {
-        st.commit_requested = Some(tid);
+impl Shared {
+    /// Free log blocks, counting every block reserved by a committing transaction.
+    pub(crate) fn log_free(&self, st: &State) -> u32 {
+        self.layout.free_between(st.log.tail, st.log.head)
+    }
+
+    pub(crate) fn abort(&self, st: &mut State, err: JournalError) {
+        if st.aborted.is_none() {
+            st.aborted = Some(JournalError::Aborted(Box::new(err)));
+        }
+        self.changed.notify_all();
+        self.commit_wake.notify_all();
+        self.flush_wake.notify_all();
+        self.checkpoint_wake.notify_all();
+    }
+
+    /// Publishes that every transaction up to `tid` was dispatched in order.
+    pub(crate) fn publish_dispatched(&self, st: &mut State, tid: Tid) {
+        if tid_gt(tid, st.dispatched) {
+            st.dispatched = tid;
+            self.dispatched_tid.store(tid, Ordering::Release);
+            self.changed.notify_all();
+        }
+    }
+
+    /// Publishes that every transaction up to `tid` is durable.
+    pub(crate) fn publish_committed(&self, st: &mut State, tid: Tid) {
+        debug_assert!(tid_geq(st.dispatched, tid), "durable before dispatched");
+        st.committed = tid;
+        self.committed_tid.store(tid, Ordering::Release);
+        self.changed.notify_all();
+    }
+
+    /// Whether the log is used enough that the checkpoint should run in the background.
+    pub(crate) fn log_wants_checkpoint(&self, st: &State) -> bool {
+        let len = self.layout.last - self.layout.first;
+        self.log_free(st) < len / 2
     }
 }
 
@@ -507,10 +752,7 @@ impl Handle {
             return Err(err.clone());
         }
         let in_log = st.checkpoint.blocks.contains_key(&block)
-            || st
-                .committing
-                .as_ref()
-                .is_some_and(|(_, blocks)| blocks.contains(&block));
+            || st.committing.iter().any(|t| t.block_set.contains(&block));
         let t = st
             .running
             .as_mut()
@@ -545,7 +787,11 @@ impl Handle {
         assert_eq!(t.tid, self.tid);
         t.updates -= 1;
         t.reserved_credits -= self.credits_left;
-        self.shared.changed.notify_all();
+        // Only a lock-down waits for handles to stop (issue 11: a wake-up per stop cost
+        // most of the daemon's time in the scheduler).
+        if t.locked && t.updates == 0 {
+            self.shared.commit_wake.notify_one();
+        }
     }
 }
 
@@ -553,248 +799,4 @@ impl Drop for Handle {
     fn drop(&mut self) {
         self.stop_inner();
     }
-}
-
-fn commit_thread(shared: Arc<Shared>) {
-    let interval = Duration::from_millis(shared.config.commit_interval_ms);
-    let mut st = shared.state.lock();
-    loop {
-        if st.aborted.is_some() {
-            return;
-        }
-        let due = st.running.as_ref().map(|t| {
-            st.shutting_down
-                || st.commit_requested.is_some_and(|r| tid_geq(r, t.tid))
-                || t.started_at.elapsed() >= interval
-        });
-        if due == Some(true) {
-            st = commit_running(&shared, st);
-            continue;
-        }
-        if st.checkpoint_requested {
-            st.checkpoint_requested = false;
-            if let Err(err) = MutexGuard::unlocked(&mut st, || checkpoint(&shared)) {
-                abort(&shared, &mut st, err);
-            }
-            shared.changed.notify_all();
-            continue;
-        }
-        if st.shutting_down {
-            return;
-        }
-        let wait = st.running.as_ref().map_or(interval, |t| {
-            interval.saturating_sub(t.started_at.elapsed())
-        });
-        shared
-            .changed
-            .wait_for(&mut st, wait.max(Duration::from_millis(1)));
-    }
-}
-
-/// Stage 1 (lock down) and the hand-off to the later stages; returns with the lock held.
-fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-    let t = st
-        .running
-        .as_mut()
-        .expect("commit_running needs a running transaction");
-    t.locked = true;
-    while st.running.as_ref().is_some_and(|t| t.updates > 0) {
-        shared.changed.wait(&mut st);
-    }
-    let t = st
-        .running
-        .take()
-        .expect("only the commit thread takes the running transaction");
-    let tid = t.tid;
-    if t.is_empty() {
-        // Nothing to log. The tid is handed out again, because recovery reads the log as
-        // a run of consecutive tids and stops at a gap.
-        st.next_tid = tid;
-        if st.commit_requested.is_some_and(|r| tid_geq(tid, r)) {
-            st.commit_requested = None;
-        }
-        shared.changed.notify_all();
-        return st;
-    }
-    let blocks: Vec<(u64, Arc<[u8]>)> = t
-        .buffers
-        .values()
-        .map(|buf| {
-            buf.set_running_tid(None);
-            (buf.block(), buf.bytes())
-        })
-        .collect();
-    let revokes: Vec<u64> = t.revokes.into_iter().collect();
-    st.committing = Some((tid, blocks.iter().map(|(b, _)| *b).collect()));
-    shared.changed.notify_all();
-
-    let written = MutexGuard::unlocked(&mut st, || {
-        write_transaction(shared, tid, &blocks, &revokes)
-    });
-    match written {
-        Ok(new_head) => complete_commit(shared, &mut st, tid, blocks, revokes, new_head),
-        Err(err) => abort(shared, &mut st, err),
-    }
-    st.committing = None;
-    shared.changed.notify_all();
-    st
-}
-
-/// Stages 2 and 3: room, logged blocks, then the durable commit block. Returns the new head.
-fn write_transaction(
-    shared: &Shared,
-    tid: Tid,
-    blocks: &[(u64, Arc<[u8]>)],
-    revokes: &[u64],
-) -> Result<u32, JournalError> {
-    let layout = &shared.layout;
-    let needed = layout.log_blocks_needed(blocks.len(), revokes.len());
-    // Keep room for one more full transaction beyond this one, so that a checkpoint is
-    // rarely on the path of a commit someone waits for.
-    if log_free(shared) < needed + shared.max_transaction_blocks {
-        checkpoint(shared)?;
-    }
-    let (head, superblock_says_empty) = {
-        let st = shared.state.lock();
-        (st.log.head, st.superblock_says_empty)
-    };
-    if log_free(shared) < needed {
-        return Err(JournalError::TransactionTooLarge {
-            tid,
-            log_blocks: needed,
-        });
-    }
-    let mut requests = Vec::with_capacity(needed as usize + 1);
-    if superblock_says_empty {
-        // Recovery starts at the superblock's tail; it must name this transaction before
-        // the commit block can count. The commit's PREFLUSH orders it.
-        let sb = layout.superblock_block(head, tid);
-        requests.push(WriteRequest::new(
-            shared.area.byte_offset(0),
-            sb,
-            IoFlags::ORDERED,
-        ));
-    }
-    let mut position = head;
-    for block in layout.build_log_blocks(tid, blocks, revokes) {
-        requests.push(WriteRequest::new(
-            shared.area.byte_offset(position),
-            block,
-            IoFlags::ORDERED,
-        ));
-        position = layout.next(position);
-    }
-    shared.io.submit(requests).wait()?;
-    let mut commit_flags = IoFlags::ORDERED | IoFlags::BARRIER;
-    if shared.config.barrier {
-        commit_flags |= IoFlags::PREFLUSH | IoFlags::FUA;
-    }
-    let commit = layout.commit_block(tid, std::time::SystemTime::now());
-    shared
-        .io
-        .write(shared.area.byte_offset(position), commit, commit_flags)?;
-    Ok(layout.next(position))
-}
-
-/// Stage 4: the transaction is durable.
-fn complete_commit(
-    shared: &Shared,
-    st: &mut State,
-    tid: Tid,
-    blocks: Vec<(u64, Arc<[u8]>)>,
-    revokes: Vec<u64>,
-    new_head: u32,
-) {
-    if st.superblock_says_empty {
-        st.superblock_says_empty = false;
-        st.log.tail = st.log.head;
-        st.log.tail_tid = tid;
-    }
-    st.log.head = new_head;
-    for block in &revokes {
-        st.checkpoint.blocks.remove(block);
-    }
-    st.stats.commits += 1;
-    st.stats.blocks_logged += blocks.len() as u64;
-    st.stats.revokes_logged += revokes.len() as u64;
-    for (block, data) in blocks {
-        st.checkpoint.blocks.insert(block, (tid, data));
-    }
-    st.committed = tid;
-    shared.committed_tid.store(tid, Ordering::Release);
-    if st.commit_requested.is_some_and(|r| tid_geq(tid, r)) {
-        st.commit_requested = None;
-    }
-}
-
-fn abort(shared: &Shared, st: &mut State, err: JournalError) {
-    let err = JournalError::Aborted(Box::new(err));
-    if st.aborted.is_none() {
-        st.aborted = Some(err);
-    }
-    shared.changed.notify_all();
-}
-
-fn log_free(shared: &Shared) -> u32 {
-    let st = shared.state.lock();
-    shared.layout.free_between(st.log.tail, st.log.head)
-}
-
-/// Writes every committed block home, flushes, and moves the log tail to the head.
-/// Runs only on the commit thread, or after it stopped: log writes stay in one order.
-fn checkpoint(shared: &Shared) -> Result<(), JournalError> {
-    let (mut writes, new_tail, new_tail_tid) = {
-        let st = shared.state.lock();
-        if let Some(err) = &st.aborted {
-            return Err(err.clone());
-        }
-        let writes: Vec<(u64, Arc<[u8]>)> = st
-            .checkpoint
-            .blocks
-            .iter()
-            .map(|(block, (_, data))| (*block, data.clone()))
-            .collect();
-        (writes, st.log.head, st.committed.wrapping_add(1))
-    };
-    if writes.is_empty() && shared.state.lock().superblock_says_empty {
-        return Ok(());
-    }
-    writes.sort_unstable_by_key(|(block, _)| *block);
-    let block_size = u64::from(shared.area.block_size);
-    let count = writes.len() as u64;
-    let requests = writes
-        .into_iter()
-        .map(|(block, data)| WriteRequest::new(block * block_size, data, IoFlags::empty()))
-        .collect();
-    let result = (|| {
-        shared.io.submit(requests).wait()?;
-        if shared.config.barrier {
-            shared.io.flush()?;
-        }
-        let sb = shared.layout.superblock_block(new_tail, new_tail_tid);
-        write_superblock(shared, sb)
-    })();
-    let mut st = shared.state.lock();
-    if let Err(err) = result {
-        abort(shared, &mut st, err.clone());
-        return Err(err);
-    }
-    // Commits complete on the thread running this checkpoint, so no block joined the
-    // list meanwhile.
-    st.checkpoint.blocks.clear();
-    st.log.tail = new_tail;
-    st.log.tail_tid = new_tail_tid;
-    st.superblock_says_empty = false;
-    st.stats.checkpoints += 1;
-    st.stats.blocks_checkpointed += count;
-    Ok(())
-}
-
-fn write_superblock(shared: &Shared, block: Arc<[u8]>) -> Result<(), JournalError> {
-    let mut flags = IoFlags::ORDERED;
-    if shared.config.barrier {
-        flags |= IoFlags::FUA;
-    }
-    shared.io.write(shared.area.byte_offset(0), block, flags)?;
-    Ok(())
 }

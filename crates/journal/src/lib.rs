@@ -1,13 +1,16 @@
 //! The journal layer: JBD2, compatible with Linux in both directions.
 //!
 //! - [`format`]: the on-disk journal superblock and log blocks.
-//! - [`journal`]: handles, transactions (running → committing → checkpoint), the commit
-//!   thread and the checkpoint.
+//! - [`journal`]: handles, transactions (running → committing → checkpoint) and the
+//!   waits; `commit`, `flush` and `checkpoint`: the three threads of dual-mode journaling.
 //! - [`recovery`]: scan, revoke and replay at mount.
 //! - [`area`]: where a journal lives on the device.
 
 pub mod area;
+mod checkpoint;
+mod commit;
 pub mod error;
+mod flush;
 pub mod format;
 pub mod jbuf;
 pub mod journal;

@@ -1,0 +1,217 @@
+//! The commit thread (JBD2's kjournald2, BarrierFS's control plane): closes the running
+//! transaction and dispatches it, then goes on to the next without waiting for durability.
+//!
+//! A commit is due when someone asked for it (fsync, fbarrier, a full transaction), when
+//! the running transaction is `commit_interval_ms` old, or at shutdown. Committing is:
+//!
+//! 1. **lock down**: no new handle joins; wait for open handles to stop; take the frozen
+//!    snapshot (an `Arc` per block: a later change copies).
+//! 2. **reserve** the transaction's log blocks at the head (waiting for the checkpoint
+//!    if the log has no room: only this thread and writers ever wait for room).
+//! 3. **dispatch** revoke, descriptor and logged blocks as one epoch. On a device with a
+//!    barrier write the last of them is a barrier write and the commit block follows at
+//!    once as another (the paper's JD and JC, back to back); the commit thread waits only
+//!    until they are dispatched and publishes the dispatched tid. On any other device the
+//!    commit block is left to the flush thread, which writes it after a flush.
+//!
+//! Promises: transactions are dispatched in tid order, each into log blocks reserved for
+//! it alone; a transaction's commit block is never issued here before its logged blocks,
+//! and never here at all on a device that cannot keep a barrier. Never waits for a flush.
+
+use crate::journal::{CommittingTransaction, Shared, State};
+use crate::tid::{tid_geq, Tid};
+use crate::JournalError;
+use jext_io::{Fence, IoFlags, WriteRequest};
+use parking_lot::MutexGuard;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) fn commit_thread(shared: Arc<Shared>) {
+    let interval = Duration::from_millis(shared.config.commit_interval_ms);
+    let mut st = shared.state.lock();
+    loop {
+        if st.aborted.is_some() {
+            return;
+        }
+        let due = st.running.as_ref().map(|t| {
+            st.shutting_down
+                || st.commit_requested.is_some_and(|r| tid_geq(r, t.tid))
+                || t.started_at.elapsed() >= interval
+        });
+        if due == Some(true) {
+            st = commit_running(&shared, st);
+            continue;
+        }
+        if st.shutting_down {
+            return;
+        }
+        let wait = st.running.as_ref().map_or(interval, |t| {
+            interval.saturating_sub(t.started_at.elapsed())
+        });
+        shared
+            .commit_wake
+            .wait_for(&mut st, wait.max(Duration::from_millis(1)));
+        st.stats.commit_thread_wakeups += 1;
+    }
+}
+
+/// Commits the running transaction; returns with the lock held.
+fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    let t = st
+        .running
+        .as_mut()
+        .expect("commit_running needs a running transaction");
+    t.locked = true;
+    while st.running.as_ref().is_some_and(|t| t.updates > 0) {
+        shared.commit_wake.wait(&mut st);
+    }
+    let t = st
+        .running
+        .take()
+        .expect("only the commit thread takes the running transaction");
+    let tid = t.tid;
+    // A writer waiting for the lock-down may start the next transaction now.
+    shared.changed.notify_all();
+    if t.is_empty() {
+        // Nothing to log. The tid is handed out again, because recovery reads the log as
+        // a run of consecutive tids and stops at a gap.
+        st.next_tid = tid;
+        if st.commit_requested.is_some_and(|r| tid_geq(tid, r)) {
+            st.commit_requested = None;
+        }
+        return st;
+    }
+    // Whoever asked, or the timer, or the size: a commit is made durable unless only
+    // an ordering (fbarrier) asked for it; the flush thread decides from this.
+    let only_ordering = st.commit_requested.is_some_and(|r| tid_geq(r, tid))
+        && st.durable_requested.is_none_or(|r| !tid_geq(r, tid))
+        && !st.shutting_down;
+    if !only_ordering && st.durable_requested.is_none_or(|r| !tid_geq(r, tid)) {
+        st.durable_requested = Some(tid);
+    }
+    let blocks: Vec<(u64, Arc<[u8]>)> = t
+        .buffers
+        .values()
+        .map(|buf| {
+            buf.set_running_tid(None);
+            (buf.block(), buf.bytes())
+        })
+        .collect();
+    let revokes: Vec<u64> = t.revokes.into_iter().collect();
+    match reserve_and_dispatch(shared, &mut st, tid, blocks, revokes) {
+        Ok(()) => {}
+        Err(err) => shared.abort(&mut st, err),
+    }
+    if st.commit_requested.is_some_and(|r| tid_geq(tid, r)) {
+        st.commit_requested = None;
+    }
+    st
+}
+
+/// Stages 2 and 3. Returns with the transaction on the committing list, its IO issued.
+fn reserve_and_dispatch(
+    shared: &Shared,
+    st: &mut MutexGuard<'_, State>,
+    tid: Tid,
+    blocks: Vec<(u64, Arc<[u8]>)>,
+    revokes: Vec<u64>,
+) -> Result<(), JournalError> {
+    let layout = &shared.layout;
+    let needed = layout.log_blocks_needed(blocks.len(), revokes.len());
+    let capacity = layout.last - layout.first - 1;
+    if needed > capacity {
+        return Err(JournalError::TransactionTooLarge {
+            tid,
+            log_blocks: needed,
+        });
+    }
+    if shared.log_free(st) < needed {
+        st.stats.commit_room_waits += 1;
+    }
+    while shared.log_free(st) < needed {
+        if let Some(err) = &st.aborted {
+            return Err(err.clone());
+        }
+        st.checkpoint_requested = true;
+        shared.checkpoint_wake.notify_one();
+        shared.changed.wait(st);
+    }
+    let start = st.log.head;
+    let mut requests = Vec::with_capacity(needed as usize + 1);
+    if st.superblock_says_empty {
+        // Recovery starts at the superblock's tail; it must name this transaction before
+        // the commit block can count. It goes in the same epoch as the logged blocks.
+        debug_assert!(st.in_log.is_empty());
+        let sb = layout.superblock_block(start, tid);
+        requests.push(WriteRequest::new(
+            shared.area.byte_offset(0),
+            sb,
+            IoFlags::ORDERED,
+        ));
+        st.superblock_says_empty = false;
+        st.log.tail = start;
+    }
+    let mut position = start;
+    for block in layout.build_log_blocks(tid, &blocks, &revokes) {
+        requests.push(WriteRequest::new(
+            shared.area.byte_offset(position),
+            block,
+            IoFlags::ORDERED,
+        ));
+        position = layout.next(position);
+    }
+    let commit_position = position;
+    st.log.head = layout.next(commit_position);
+    st.in_log.push_back((tid, start));
+    st.committing.push_back(CommittingTransaction {
+        tid,
+        block_set: blocks.iter().map(|(b, _)| *b).collect(),
+        blocks,
+        revokes,
+        commit_position,
+        log_ticket: None,
+        commit_issued: false,
+        log_durable: false,
+    });
+    let committing = st.committing.len() as u64;
+    st.stats.max_committing = st.stats.max_committing.max(committing);
+    let barrier_device = shared.barrier_device;
+    if barrier_device {
+        // The paper's JD and JC: two barrier writes, back to back. The device keeps the
+        // epochs, so the commit block cannot persist before the logged blocks.
+        let last = requests.last_mut().expect("a transaction logs something");
+        last.flags |= IoFlags::BARRIER;
+        last.fence = Fence::Caller;
+        let commit = layout.commit_block(tid, std::time::SystemTime::now());
+        requests.push(WriteRequest::barrier(
+            shared.area.byte_offset(commit_position),
+            commit,
+            IoFlags::empty(),
+            Fence::Caller,
+        ));
+    }
+    let ticket = MutexGuard::unlocked(st, || {
+        let ticket = shared.io.issue(requests);
+        // Wait-on-Dispatch, never on transfer.
+        let dispatched = if barrier_device {
+            ticket.wait_dispatched()
+        } else {
+            Ok(())
+        };
+        (ticket, dispatched)
+    });
+    let (ticket, dispatched) = ticket;
+    let entry = st
+        .committing
+        .iter_mut()
+        .find(|t| t.tid == tid)
+        .expect("only the flush thread removes committing transactions, once issued");
+    entry.log_ticket = Some(ticket);
+    entry.commit_issued = barrier_device;
+    dispatched?;
+    if barrier_device {
+        shared.publish_dispatched(st, tid);
+    }
+    shared.flush_wake.notify_one();
+    Ok(())
+}

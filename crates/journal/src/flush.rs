@@ -1,0 +1,273 @@
+//! The flush thread (BarrierFS's data plane): makes dispatched transactions durable, many
+//! with one flush (group commit), publishes the durable tid and wakes the fsync waiters.
+//!
+//! Each round takes every transaction dispatched so far and:
+//!
+//! - on a device with a barrier write, the commit blocks are already out, in order behind
+//!   their logged blocks: one flush (none if the device has no volatile cache) makes them
+//!   all durable;
+//! - on any other device, nothing orders a commit block behind its logged blocks but a
+//!   flush (the IO layer never pretends): the round waits until the logged blocks
+//!   transferred, flushes, then writes the commit blocks (publishing them dispatched:
+//!   fbarrier's point) and, if durability is wanted, makes them durable — with FUA when
+//!   the round holds one transaction and none is committing behind it, else with one
+//!   more flush. That flush also covers the logged blocks of later transactions that
+//!   transferred before it, so their round needs no flush before its commit blocks:
+//!   under a stream of fsyncs, consecutive rounds share flushes and a round costs one.
+//!
+//! A round runs when someone needs durability (fsync, the timer's commits, the
+//! checkpoint, shutdown), or, on a device without a barrier write, an ordering (fbarrier).
+//!
+//! Promises: transactions become durable, and are published, in tid order; a tid is
+//! published durable only after its commit block is; a durable revoke is published only
+//! while no checkpoint write is in flight (`Shared::checkpoint_io`). With `barrier` off
+//! (ext4 `nobarrier`) no flush is issued and "durable" means only "transferred".
+
+use crate::journal::{Shared, State};
+use crate::tid::{tid_geq, tid_gt, Tid};
+use crate::JournalError;
+use jext_io::{IoFlags, IoTicket, WriteRequest};
+use parking_lot::MutexGuard;
+use std::sync::Arc;
+
+/// One committing transaction as a round sees it.
+struct Item {
+    tid: Tid,
+    ticket: IoTicket,
+    commit_issued: bool,
+    commit_position: u32,
+    log_durable: bool,
+    has_revokes: bool,
+}
+
+pub(crate) fn flush_thread(shared: Arc<Shared>) {
+    let mut st = shared.state.lock();
+    loop {
+        let Some(durable) = wait_for_work(&shared, &mut st) else {
+            return;
+        };
+        let mut items = take_items(&mut st);
+        let result = MutexGuard::unlocked(&mut st, || run_round(&shared, &mut items, durable));
+        if let Err(err) = result {
+            shared.abort(&mut st, err);
+            return;
+        }
+        if durable {
+            st = complete(&shared, st, &items);
+        } else {
+            give_back(&mut st, items);
+        }
+    }
+}
+
+/// Waits until a round is due; returns whether it must make its transactions durable,
+/// or `None` when the thread must exit.
+fn wait_for_work(shared: &Shared, st: &mut MutexGuard<'_, State>) -> Option<bool> {
+    loop {
+        if st.aborted.is_some() {
+            return None;
+        }
+        let issued: Vec<(Tid, bool)> = st
+            .committing
+            .iter()
+            .take_while(|t| t.log_ticket.is_some())
+            .map(|t| (t.tid, t.commit_issued))
+            .collect();
+        if let Some(&(first, _)) = issued.first() {
+            let durable =
+                st.helpers_stop || st.durable_requested.is_some_and(|r| tid_geq(r, first));
+            let ordering = issued
+                .iter()
+                .find(|(_, done)| !done)
+                .is_some_and(|(tid, _)| st.dispatch_requested.is_some_and(|r| tid_geq(r, *tid)));
+            if durable || ordering {
+                return Some(durable);
+            }
+        } else if st.helpers_stop && st.committing.is_empty() {
+            return None;
+        }
+        shared.flush_wake.wait(st);
+    }
+}
+
+/// Takes the tickets of every issued committing transaction, oldest first.
+fn take_items(st: &mut State) -> Vec<Item> {
+    let mut items = Vec::new();
+    for t in st.committing.iter_mut() {
+        let Some(ticket) = t.log_ticket.take() else {
+            break;
+        };
+        items.push(Item {
+            tid: t.tid,
+            ticket,
+            commit_issued: t.commit_issued,
+            commit_position: t.commit_position,
+            log_durable: t.log_durable,
+            has_revokes: !t.revokes.is_empty(),
+        });
+    }
+    items
+}
+
+/// Puts back the tickets of a round that only dispatched commit blocks.
+fn give_back(st: &mut State, items: Vec<Item>) {
+    for (t, item) in st.committing.iter_mut().zip(items) {
+        debug_assert_eq!(t.tid, item.tid);
+        t.log_ticket = Some(item.ticket);
+        t.commit_issued = item.commit_issued;
+    }
+}
+
+/// The IO of one round (outside the lock).
+fn run_round(shared: &Shared, items: &mut [Item], durable: bool) -> Result<(), JournalError> {
+    let barrier = shared.config.barrier;
+    let mut fua = false;
+    if items.iter().any(|i| !i.commit_issued) {
+        fua = write_commit_blocks(shared, items, durable)?;
+    }
+    if !durable {
+        return Ok(());
+    }
+    if shared.barrier_device {
+        for item in items.iter() {
+            if barrier {
+                item.ticket.wait_durable()?;
+            } else {
+                item.ticket.wait_transferred()?;
+            }
+        }
+        return Ok(());
+    }
+    for item in items.iter() {
+        item.ticket.wait_transferred()?;
+    }
+    if !barrier || fua {
+        return Ok(());
+    }
+    // The flush that makes this round durable also covers the logged blocks of later
+    // transactions that transferred meanwhile: their rounds skip their first flush.
+    let last = items.last().map(|i| i.tid);
+    let carried = last.map_or_else(Vec::new, |tid| transferred_after(shared, tid));
+    shared.io.flush()?;
+    mark_log_durable(shared, &carried);
+    Ok(())
+}
+
+/// On a device without a barrier write: a flush after the logged blocks transferred
+/// (unless an earlier round's flush covered them), then the commit blocks. Returns
+/// whether they went with FUA (one transaction, and none behind it that a final flush
+/// could serve as well).
+fn write_commit_blocks(
+    shared: &Shared,
+    items: &mut [Item],
+    durable: bool,
+) -> Result<bool, JournalError> {
+    let barrier = shared.config.barrier;
+    for item in items.iter().filter(|i| !i.commit_issued) {
+        item.ticket.wait_transferred()?;
+    }
+    if barrier && items.iter().any(|i| !i.commit_issued && !i.log_durable) {
+        shared.io.flush()?;
+    }
+    let fua = barrier
+        && durable
+        && items.len() == 1
+        && items.last().is_some_and(|i| nothing_after(shared, i.tid));
+    let mut last = None;
+    for item in items.iter_mut().filter(|i| !i.commit_issued) {
+        let mut flags = IoFlags::ORDERED;
+        if fua {
+            flags |= IoFlags::FUA;
+        }
+        let commit = shared
+            .layout
+            .commit_block(item.tid, std::time::SystemTime::now());
+        let offset = shared.area.byte_offset(item.commit_position);
+        item.ticket = shared
+            .io
+            .issue(vec![WriteRequest::new(offset, commit, flags)]);
+        item.commit_issued = true;
+        last = Some(item.tid);
+    }
+    for item in items.iter() {
+        item.ticket.wait_dispatched()?;
+    }
+    if let Some(tid) = last {
+        let mut st = shared.state.lock();
+        shared.publish_dispatched(&mut st, tid);
+    }
+    Ok(fua)
+}
+
+/// Committing transactions after `tid` whose logged blocks (only) have transferred.
+fn transferred_after(shared: &Shared, tid: Tid) -> Vec<Tid> {
+    let st = shared.state.lock();
+    st.committing
+        .iter()
+        .filter(|t| tid_gt(t.tid, tid) && !t.commit_issued && !t.log_durable)
+        .filter(|t| t.log_ticket.as_ref().is_some_and(|k| k.is_transferred()))
+        .map(|t| t.tid)
+        .collect()
+}
+
+/// No transaction after `tid` is committing.
+fn nothing_after(shared: &Shared, tid: Tid) -> bool {
+    let st = shared.state.lock();
+    st.committing.iter().all(|t| !tid_gt(t.tid, tid))
+}
+
+/// A completed flush covered the logged blocks of `tids`.
+fn mark_log_durable(shared: &Shared, tids: &[Tid]) {
+    if tids.is_empty() {
+        return;
+    }
+    let mut st = shared.state.lock();
+    for t in st.committing.iter_mut() {
+        if tids.contains(&t.tid) {
+            t.log_durable = true;
+        }
+    }
+}
+
+/// The round's transactions are durable: they leave the committing list for the
+/// checkpoint list, in order, and the durable tid is published.
+fn complete<'a>(
+    shared: &'a Shared,
+    st: MutexGuard<'a, State>,
+    items: &[Item],
+) -> MutexGuard<'a, State> {
+    let Some(last) = items.last() else {
+        return st;
+    };
+    let revokes = items.iter().any(|i| i.has_revokes);
+    let (_io, mut st) = if revokes {
+        drop(st);
+        let io = shared.checkpoint_io.lock();
+        (Some(io), shared.state.lock())
+    } else {
+        (None, st)
+    };
+    for item in items {
+        let t = st
+            .committing
+            .pop_front()
+            .expect("a durable transaction was on the committing list");
+        assert_eq!(t.tid, item.tid, "transactions become durable in tid order");
+        for block in &t.revokes {
+            st.checkpoint.blocks.remove(block);
+        }
+        st.stats.commits += 1;
+        st.stats.blocks_logged += t.blocks.len() as u64;
+        st.stats.revokes_logged += t.revokes.len() as u64;
+        for (block, data) in t.blocks {
+            st.checkpoint.blocks.insert(block, (t.tid, data));
+        }
+    }
+    st.stats.durability_rounds += 1;
+    shared.publish_dispatched(&mut st, last.tid);
+    shared.publish_committed(&mut st, last.tid);
+    if shared.log_wants_checkpoint(&st) || st.checkpoint_requested {
+        shared.checkpoint_wake.notify_one();
+    }
+    st
+}
