@@ -423,15 +423,32 @@ impl Fs {
 
     /// `fsync` (`datasync`: `fdatasync`): returns once the file is durable.
     pub fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        self.sync_file(ino, datasync, Promise::Durable)
+    }
+
+    /// `fbarrier` (`datasync`: `fdatabarrier`), BarrierFS's ordering-only sync: returns
+    /// once the file's data (and, for `fbarrier`, its metadata) is ordered before
+    /// anything written after the call — its transaction dispatched, not yet durable. A
+    /// crash may lose it, but never keeps a later write while losing it. Data overwritten
+    /// in place with no transaction after it is ordered by a flush: the IO layer claims
+    /// no order a device without a barrier write cannot keep.
+    pub fn fbarrier(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        self.sync_file(ino, datasync, Promise::Ordered)
+    }
+
+    fn sync_file(&self, ino: Ino, datasync: bool, promise: Promise) -> FsResult<()> {
+        let fs = self.inner();
         let (tid, flush) = {
             let mut st = self.lock()?;
-            file::prepare_sync(self.inner(), &mut st, ino, datasync)?
+            file::prepare_sync(fs, &mut st, ino, datasync)?
         };
-        if let Some(tid) = tid {
-            self.inner().journal.commit_and_wait(tid)?;
+        match (tid, promise) {
+            (Some(tid), Promise::Durable) => fs.journal.commit_and_wait(tid)?,
+            (Some(tid), Promise::Ordered) => fs.journal.commit_and_wait_dispatched(tid)?,
+            (None, _) => {}
         }
-        if flush && self.inner().options.barrier {
-            self.inner().io.flush()?;
+        if flush && fs.options.barrier {
+            fs.io.flush()?;
         }
         Ok(())
     }
@@ -642,6 +659,15 @@ fn set_attributes(fs: &FsInner, st: &mut FsState, ino: Ino, attr: &SetAttr) -> F
     stat(fs, ino, &st.inodes[&ino])
 }
 
+/// What a sync of one file waits for.
+#[derive(Clone, Copy)]
+enum Promise {
+    /// Durable (fsync): the transaction's commit block is on stable media.
+    Durable,
+    /// Ordered (fbarrier): the transaction is dispatched behind everything before it.
+    Ordered,
+}
+
 fn touch_ctime(tx: &mut Tx, ino: u32) -> FsResult<()> {
     tx.inode(ino)?
         .raw
@@ -743,6 +769,16 @@ impl File {
 
     pub fn fdatasync(&self) -> FsResult<()> {
         self.fs.fsync(self.ino, true)
+    }
+
+    /// See [`Fs::fbarrier`].
+    pub fn fbarrier(&self) -> FsResult<()> {
+        self.fs.fbarrier(self.ino, false)
+    }
+
+    /// See [`Fs::fbarrier`].
+    pub fn fdatabarrier(&self) -> FsResult<()> {
+        self.fs.fbarrier(self.ino, true)
     }
 
     pub fn set_len(&self, size: u64) -> FsResult<()> {

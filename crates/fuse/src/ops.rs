@@ -47,6 +47,9 @@ const FS_IOC_GETFLAGS: [u32; 2] = [0x8008_6601, 0x8004_6601];
 const FS_IOC_SETFLAGS: [u32; 2] = [0x4008_6602, 0x4004_6602];
 /// `FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR` (`struct fsxattr`, 28 bytes): the kernel asks
 /// for these around `chattr`, so they must answer for the flags they share with ext4.
+/// jext's ordering-only syncs (`include/jext.h`: `_IO('j', 0x40)`, `_IO('j', 0x41)`).
+const JEXT_IOC_FBARRIER: u32 = 0x6a40;
+const JEXT_IOC_FDATABARRIER: u32 = 0x6a41;
 const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 
@@ -341,6 +344,11 @@ impl JextFuse {
             };
             self.fs.setattr(ino, &change).map_err(errno)?;
             self.invalidate_attributes(ino);
+            return Ok(Vec::new());
+        }
+        if cmd == JEXT_IOC_FBARRIER || cmd == JEXT_IOC_FDATABARRIER {
+            let datasync = cmd == JEXT_IOC_FDATABARRIER;
+            self.fs.fbarrier(ino, datasync).map_err(errno)?;
             return Ok(Vec::new());
         }
         if cmd == FS_IOC_FSGETXATTR {

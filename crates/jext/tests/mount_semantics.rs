@@ -642,3 +642,62 @@ fn writes_truncates_and_chowns_drop_setuid_setgid_and_capabilities() {
     umount(&s);
     e2fsck_clean(&s.image());
 }
+
+/// `include/jext.h` from C: fbarrier and fdatabarrier reach the daemon through the mount
+/// and succeed there; elsewhere the ioctl fails, so a program can fall back to fsync.
+#[test]
+fn fbarrier_and_fdatabarrier_from_c() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("fbarrier");
+    let program = s.dir.join("barrier.c");
+    fs::write(
+        &program,
+        r#"#include "jext.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int fd = open(argv[1], O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, "first,", 6) != 6) return 10;
+    if (jext_fbarrier(fd) != 0) { perror("fbarrier"); return 11; }
+    if (write(fd, "second", 6) != 6) return 12;
+    if (jext_fdatabarrier(fd) != 0) { perror("fdatabarrier"); return 13; }
+    close(fd);
+    int other = open(argv[2], O_CREAT | O_WRONLY, 0644);
+    if (other < 0) return 14;
+    if (jext_fbarrier(other) == 0) return 15;
+    printf("%d\n", errno);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let binary = s.dir.join("barrier");
+    ok(
+        "gcc",
+        &[
+            "-Wall",
+            "-Werror",
+            "-I",
+            p(&include),
+            "-o",
+            p(&binary),
+            p(&program),
+        ],
+    );
+    mount(&s, "");
+    let on_jext = s.mnt().join("ordered");
+    let elsewhere = s.dir.join("not-jext");
+    let errno_elsewhere = ok(p(&binary), &[p(&on_jext), p(&elsewhere)]);
+    assert!(
+        !errno_elsewhere.trim().is_empty(),
+        "the ioctl failed off jext"
+    );
+    assert_eq!(fs::read(&on_jext).unwrap(), b"first,second");
+    umount(&s);
+    e2fsck_clean(&s.image());
+}
