@@ -53,7 +53,7 @@ pub(crate) fn load(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
     if st.inodes.len() >= INODE_CACHE_LIMIT {
         evict_unused(st);
     }
-    st.inodes.insert(ino, InodeInfo::new(raw));
+    st.insert_inode(ino, raw);
     Ok(())
 }
 

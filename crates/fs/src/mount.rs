@@ -265,6 +265,7 @@ pub(crate) fn mount(
             orphans: Vec::new(),
             error: None,
             next_generation: generation,
+            next_data_seq: 0,
         }),
     });
     let orphans_finished = {

@@ -13,7 +13,7 @@ use crate::format::acl::Acl;
 use crate::format::inode::{flags, Inode};
 use crate::inode_guard;
 use crate::inodes::{inode_time, new_record, set_device_number};
-use crate::state::{FsInner, FsState, InodeInfo};
+use crate::state::{FsInner, FsState};
 use crate::truncate::delete_inode;
 use crate::tx::Tx;
 use crate::types::{FileKind, RenameFlags, Timestamp, ROOT_INO};
@@ -210,7 +210,7 @@ fn create_in(
         t,
         parent_flags,
     );
-    tx.st.inodes.insert(ino, InodeInfo::new(raw));
+    tx.st.insert_inode(ino, raw);
     match kind {
         FileKind::Directory => {
             dir::init(tx, ino, parent)?;

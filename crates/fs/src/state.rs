@@ -60,9 +60,34 @@ pub(crate) struct FsState {
     pub error: Option<String>,
     /// The generation number for the next new inode.
     pub next_generation: u32,
+    /// Source of [`InodeInfo::data_seq`] values: each is used once, so a value seen
+    /// before an inode was evicted never matches after it is loaded again.
+    pub next_data_seq: u64,
 }
 
 impl FsState {
+    /// Keeps `raw` as inode `ino` in memory.
+    pub fn insert_inode(&mut self, ino: u32, raw: Inode) {
+        let mut info = InodeInfo::new(raw);
+        info.data_seq = self.take_data_seq();
+        self.inodes.insert(ino, info);
+    }
+
+    /// Notes that what reading `ino`'s blocks gives may have changed (data written to
+    /// them, blocks unmapped or preallocated): a read that went to the device without
+    /// the lock and sees a new value throws its bytes away.
+    pub fn note_data_change(&mut self, ino: u32) {
+        let seq = self.take_data_seq();
+        if let Some(info) = self.inodes.get_mut(&ino) {
+            info.data_seq = seq;
+        }
+    }
+
+    fn take_data_seq(&mut self) -> u64 {
+        self.next_data_seq += 1;
+        self.next_data_seq
+    }
+
     /// Inodes whose record has changes (times) not yet in any transaction.
     pub fn dirty_inodes(&self) -> Vec<u32> {
         self.inodes
@@ -92,6 +117,9 @@ pub(crate) struct InodeInfo {
     pub reserved_pages: BTreeSet<u64>,
     /// Data was overwritten in place with no transaction after it: a sync needs a flush.
     pub unflushed_data: bool,
+    /// Changes whenever what reading the inode's blocks gives may change (see
+    /// [`FsState::note_data_change`]).
+    pub data_seq: u64,
 }
 
 impl InodeInfo {
@@ -106,6 +134,7 @@ impl InodeInfo {
             datasync_tid: None,
             reserved_pages: BTreeSet::new(),
             unflushed_data: false,
+            data_seq: 0,
         }
     }
 

@@ -54,6 +54,7 @@ pub(crate) fn unmap_chunked(
     from: u64,
     to: u64,
 ) -> FsResult<()> {
+    st.note_data_change(ino);
     let mut end = to;
     for (start, credits) in plan(fs, st, ino, from, to)? {
         let mut tx = Tx::begin(fs, st, credits)?;
@@ -68,6 +69,7 @@ pub(crate) fn unmap_chunked(
 /// its blocks past it. One transaction when that fits; otherwise the inode stays on the
 /// orphan list across the chunks.
 pub(crate) fn shrink(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) -> FsResult<()> {
+    st.note_data_change(ino);
     let first = new_size.div_ceil(u64::from(fs.geo.block_size));
     let chunks = plan(fs, st, ino, first, u64::MAX)?;
     let was_orphan = st.orphans.contains(&ino);

@@ -154,6 +154,8 @@ pub(crate) fn fallocate(
     mode: FallocateMode,
 ) -> FsResult<()> {
     load_regular(fs, st, ino)?;
+    // Preallocated and zeroed ranges read differently afterwards.
+    st.note_data_change(ino);
     crate::tx::check_writable(fs, st)?;
     let only_allocates = !mode.punch_hole && !mode.zero_range;
     crate::inode_guard::check_fallocate(ino, st.inodes[&ino].raw.flags(), only_allocates)?;

@@ -9,15 +9,18 @@ use crate::blockmap;
 use crate::error::FsResult;
 use crate::options::DataMode;
 use crate::state::{FsInner, FsState};
+use parking_lot::MutexGuard;
 use std::sync::Arc;
 
 /// Pages read ahead from a contiguous extent on a miss.
 const READAHEAD_PAGES: u64 = 64;
 
-/// Reads up to `len` bytes at `offset`.
+/// Reads up to `len` bytes at `offset`. A page missing from the cache is read from the
+/// device with the lock released (other operations go on meanwhile), except under
+/// data=journal, where a block's newest bytes may sit in the journal.
 pub(crate) fn read(
     fs: &FsInner,
-    st: &mut FsState,
+    st: &mut MutexGuard<'_, FsState>,
     ino: u32,
     offset: u64,
     len: usize,
@@ -32,9 +35,22 @@ pub(crate) fn read(
     let bs = u64::from(fs.geo.block_size);
     let mut out = Vec::with_capacity((end - offset) as usize);
     let mut pos = offset;
+    let mut unlocked_tries = 0;
     while pos < end {
         let index = pos / bs;
-        let page = page_data(fs, st, ino, index)?;
+        let page = match st.pages.get(ino, index) {
+            Some(page) => page.data().clone(),
+            // A read that raced a change to the file is thrown away; after a few, read
+            // under the lock rather than race again.
+            None if unlocked_tries < UNLOCKED_TRIES
+                && fs.options.data_mode != DataMode::Journal =>
+            {
+                unlocked_tries += 1;
+                fill_unlocked(fs, st, ino, index)?;
+                continue;
+            }
+            None => page_data(fs, st, ino, index)?,
+        };
         let within = (pos % bs) as usize;
         let n = ((end - pos) as usize).min(bs as usize - within);
         out.extend_from_slice(&page[within..within + n]);
@@ -44,7 +60,67 @@ pub(crate) fn read(
     Ok(out)
 }
 
-/// The bytes of page `index`: cached, or read from disk (with readahead), or zeros.
+/// Device reads one `read` call may make without the lock before it keeps the lock.
+const UNLOCKED_TRIES: u32 = 64;
+
+/// Where the bytes of a page missing from the cache come from.
+enum Source {
+    /// A hole or an unwritten block: zeros.
+    Zeros,
+    /// `pages` blocks from `phys` on (readahead along the extent).
+    Device { phys: u64, pages: u64 },
+}
+
+fn source_of(fs: &FsInner, st: &mut FsState, ino: u32, index: u64) -> FsResult<Source> {
+    let raw = st.inodes[&ino].raw.clone();
+    let size_pages = st.inodes[&ino].size.div_ceil(u64::from(fs.geo.block_size));
+    let extent = if index < MAX_FILE_BLOCKS {
+        blockmap::lookup(fs, ino, &raw, index as u32)?
+    } else {
+        None
+    };
+    let Some(e) = extent.filter(|e| !e.unwritten) else {
+        return Ok(Source::Zeros);
+    };
+    let pages = (e.end() - index)
+        .min(READAHEAD_PAGES)
+        .min(size_pages.saturating_sub(index))
+        .max(1);
+    let phys = e.start + (index - u64::from(e.logical));
+    Ok(Source::Device { phys, pages })
+}
+
+/// Puts a page missing from the cache there, reading the device with the lock released.
+/// If the file's blocks changed meanwhile (`data_seq`), the bytes are dropped and the
+/// caller looks again; pages that appeared meanwhile are never overwritten.
+fn fill_unlocked(
+    fs: &FsInner,
+    st: &mut MutexGuard<'_, FsState>,
+    ino: u32,
+    index: u64,
+) -> FsResult<()> {
+    // The inode may have been evicted (or deleted) while an earlier read ran unlocked.
+    load_regular(fs, st, ino)?;
+    let Source::Device { phys, pages } = source_of(fs, st, ino, index)? else {
+        st.pages.insert_clean(ino, index, zeros(fs));
+        return Ok(());
+    };
+    let seq = st.inodes[&ino].data_seq;
+    let bs = fs.geo.block_size as usize;
+    let mut bytes = vec![0u8; pages as usize * bs];
+    MutexGuard::unlocked(st, || fs.io.read(phys * bs as u64, &mut bytes))?;
+    if st.inodes.get(&ino).map(|i| i.data_seq) == Some(seq) {
+        insert_read(fs, st, ino, index, phys, &bytes);
+    }
+    Ok(())
+}
+
+fn zeros(fs: &FsInner) -> Arc<[u8]> {
+    Arc::from(vec![0u8; fs.geo.block_size as usize])
+}
+
+/// The bytes of page `index`: cached, or read from disk (with readahead), or zeros,
+/// all under the lock.
 pub(super) fn page_data(
     fs: &FsInner,
     st: &mut FsState,
@@ -54,26 +130,28 @@ pub(super) fn page_data(
     if let Some(page) = st.pages.get(ino, index) {
         return Ok(page.data().clone());
     }
-    let bs = fs.geo.block_size as usize;
-    let raw = st.inodes[&ino].raw.clone();
-    let size_pages = st.inodes[&ino].size.div_ceil(bs as u64);
-    let extent = if index < MAX_FILE_BLOCKS {
-        blockmap::lookup(fs, ino, &raw, index as u32)?
-    } else {
-        None
-    };
-    let Some(e) = extent.filter(|e| !e.unwritten) else {
-        let zeros: Arc<[u8]> = Arc::from(vec![0u8; bs]);
+    let Source::Device { phys, pages } = source_of(fs, st, ino, index)? else {
+        let zeros = zeros(fs);
         st.pages.insert_clean(ino, index, zeros.clone());
         return Ok(zeros);
     };
-    let ahead = (e.end() - index)
-        .min(READAHEAD_PAGES)
-        .min(size_pages.saturating_sub(index))
-        .max(1);
-    let phys = e.start + (index - u64::from(e.logical));
-    let mut bytes = vec![0u8; ahead as usize * bs];
+    let bs = fs.geo.block_size as usize;
+    let mut bytes = vec![0u8; pages as usize * bs];
     fs.io.read(phys * bs as u64, &mut bytes)?;
+    Ok(insert_read(fs, st, ino, index, phys, &bytes))
+}
+
+/// Caches the pages read from `phys` on for pages `index..` (where none is cached yet),
+/// and returns the first.
+fn insert_read(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    index: u64,
+    phys: u64,
+    bytes: &[u8],
+) -> Arc<[u8]> {
+    let bs = fs.geo.block_size as usize;
     let mut first = None;
     for (i, chunk) in bytes.chunks(bs).enumerate() {
         let block = phys + i as u64;
@@ -96,5 +174,5 @@ pub(super) fn page_data(
         }
         st.pages.insert_clean(ino, index + i as u64, data);
     }
-    Ok(first.expect("at least one page was read"))
+    first.expect("at least one page was read")
 }

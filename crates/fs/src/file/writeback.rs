@@ -28,6 +28,9 @@ pub(crate) fn writeback(
     with_times: bool,
 ) -> FsResult<Option<Tid>> {
     let dirty = st.pages.dirty_indices(ino);
+    if !dirty.is_empty() {
+        st.note_data_change(ino);
+    }
     let mut tid = None;
     for batch in batches(fs, &dirty) {
         tid = writeback_batch(fs, st, ino, batch, with_times)?.or(tid);
