@@ -132,6 +132,35 @@ fn plain_umount_leaves_a_clean_image_fifty_times_over() {
     e2fsck_clean(&s.image());
 }
 
+/// A plain `fuse` mount's `umount` returns before its daemon has checkpointed; a mount of
+/// the same image right then waits for that daemon to let go instead of failing (as a
+/// kernel mount waits for an unmount of its device; fstests generic/604).
+#[test]
+fn a_mount_racing_an_unmount_waits_for_the_daemon() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("race");
+    for round in 0..5u32 {
+        mount(&s, "noblkdev");
+        let data = vec![round as u8 + 1; 16 << 20];
+        fs::write(s.mnt().join("f"), &data).unwrap();
+        // The kernel's own unmount, not `jext umount`, which would wait.
+        let out = Command::new("umount")
+            .args(["-i", p(&s.mnt())])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "umount: {out:?}");
+        mount(&s, "noblkdev");
+        assert!(
+            fs::read(s.mnt().join("f")).unwrap() == data,
+            "round {round}"
+        );
+        umount(&s);
+    }
+    e2fsck_clean(&s.image());
+}
+
 /// `sync` (and `syncfs` on the mount) reach the daemon: what was written before survives
 /// SIGKILL of the daemon, what came after does not.
 #[test]

@@ -154,7 +154,7 @@ fn second_mount_point(
 /// kernel mount holds its device), so that `remount,rw` can follow; an image this process
 /// may not write is opened read-only when read-only was asked for.
 fn open_owned(image: &Path, opts: &FuseOptions) -> Result<Fs, String> {
-    let wait = Duration::from_secs(opts.owner_wait_secs);
+    let wait = Duration::from_secs(opts.owner_wait_secs).max(unmounting_daemon_wait(image));
     let device = match jext::open_device_waiting(image, false, wait) {
         Ok(device) => device,
         Err(e) if opts.fs.read_only && is_not_writable(e.raw_os_error) => {
@@ -164,6 +164,27 @@ fn open_owned(image: &Path, opts: &FuseOptions) -> Result<Fs, String> {
     };
     Fs::open(device, opts.fs.clone()).map_err(|e| open_error(image, e))
 }
+
+/// How long to wait for the image's owner when it is a jext daemon whose mount is already
+/// gone: an unmount still checkpointing, as a mount racing `umount` meets (fstests
+/// generic/604). The kernel makes such a mount wait for the unmount of a block device
+/// too. Any other owner is refused at once (unless `owner_wait=` says otherwise).
+fn unmounting_daemon_wait(image: &Path) -> Duration {
+    let Some(holder) = jext::owner_of(image) else {
+        return Duration::ZERO;
+    };
+    let mut words = holder.command.split_whitespace();
+    let is_jext_daemon =
+        words.next().is_some_and(|exe| exe.ends_with("jext")) && words.next() == Some("mount");
+    if is_jext_daemon && super::mounts::mount_of(image).is_none() {
+        UNMOUNT_FINISH_WAIT
+    } else {
+        Duration::ZERO
+    }
+}
+
+/// Longest wait for an unmounting daemon to let go (a checkpoint of a full journal).
+const UNMOUNT_FINISH_WAIT: Duration = Duration::from_secs(60);
 
 fn is_not_writable(errno: Option<i32>) -> bool {
     matches!(errno, Some(libc::EACCES | libc::EROFS | libc::EPERM))
