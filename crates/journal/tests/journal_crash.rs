@@ -1,6 +1,7 @@
 //! The journal over a simulated device: what committed survives a crash, what did not
-//! commit does not, revokes and checkpoints and wrap-around are honoured, the commit path
-//! costs one preflush and one FUA write, and an IO error aborts without losing commits.
+//! commit does not, revokes and checkpoints and wrap-around are honoured, a lone commit on
+//! a device without a barrier write costs one flush (before its commit block) and one FUA
+//! write (the commit block), and an IO error aborts without losing commits.
 
 use jext_device::{BlockDevice, SimDevice, SimFault};
 use jext_io::IoQueue;
@@ -100,7 +101,7 @@ fn committed_transactions_survive_a_crash_and_uncommitted_ones_do_not() {
 }
 
 #[test]
-fn a_commit_costs_one_preflush_and_one_fua_write() {
+fn a_lone_commit_costs_one_flush_and_one_fua_write() {
     let rig = fresh(1024);
     let journal = load(&rig);
     let buf = buffer(200);
