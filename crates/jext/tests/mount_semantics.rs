@@ -35,6 +35,13 @@ fn ok(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `umount` (the kernel's, not `jext umount`), tried again while busy (see `umount`).
+fn kernel_umount(mnt: &Path, flags: &[&str]) {
+    let mut args = flags.to_vec();
+    args.push(p(mnt));
+    retry_while_busy(&format!("umount {args:?}"), || sh("umount", &args));
+}
+
 fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
 }
@@ -120,7 +127,7 @@ fn plain_umount_leaves_a_clean_image_fifty_times_over() {
             .collect();
         let name = format!("c{}", cycle % 3);
         fs::write(s.mnt().join(&name), &data).unwrap();
-        ok("umount", &[p(&s.mnt())]);
+        kernel_umount(&s.mnt(), &[]);
         e2fsck_clean(&s.image());
         mount(&s, "");
         assert!(
@@ -146,11 +153,7 @@ fn a_mount_racing_an_unmount_waits_for_the_daemon() {
         let data = vec![round as u8 + 1; 16 << 20];
         fs::write(s.mnt().join("f"), &data).unwrap();
         // The kernel's own unmount, not `jext umount`, which would wait.
-        let out = Command::new("umount")
-            .args(["-i", p(&s.mnt())])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "umount: {out:?}");
+        kernel_umount(&s.mnt(), &["-i"]);
         mount(&s, "noblkdev");
         assert!(
             fs::read(s.mnt().join("f")).unwrap() == data,

@@ -73,8 +73,31 @@ pub fn mount(s: &Scratch, options: &str) {
     ]);
 }
 
+/// `jext umount`. Tests run in parallel threads of one process, and a child another test
+/// forks holds this process's descriptors until it execs (they close then): an unmount
+/// that meets that moment is told the target is busy, so a busy answer is tried again.
 pub fn umount(s: &Scratch) {
-    jext(&["umount", s.mnt().to_str().unwrap()]);
+    let mnt = s.mnt();
+    retry_while_busy(&format!("jext umount {}", mnt.display()), || {
+        Command::new(JEXT)
+            .args(["umount", mnt.to_str().unwrap()])
+            .output()
+            .unwrap()
+    });
+}
+
+/// Runs `attempt` until it succeeds, for up to 5 s while it fails with "busy".
+pub fn retry_while_busy(what: &str, attempt: impl Fn() -> std::process::Output) {
+    for _ in 0..50 {
+        let out = attempt();
+        if out.status.success() {
+            return;
+        }
+        let why = String::from_utf8_lossy(&out.stderr);
+        assert!(why.contains("busy"), "{what}: {why}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{what}: still busy after 5 s");
 }
 
 pub fn e2fsck_clean(image: &Path) {
