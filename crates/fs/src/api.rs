@@ -431,7 +431,8 @@ impl Fs {
     /// anything written after the call — its transaction dispatched, not yet durable. A
     /// crash may lose it, but never keeps a later write while losing it. Data overwritten
     /// in place with no transaction after it is ordered by a flush: the IO layer claims
-    /// no order a device without a barrier write cannot keep.
+    /// no order a device without a barrier write cannot keep. With nothing of the file to
+    /// order, the running transaction still commits: every barrier ends an epoch.
     pub fn fbarrier(&self, ino: Ino, datasync: bool) -> FsResult<()> {
         self.sync_file(ino, datasync, Promise::Ordered)
     }
@@ -444,8 +445,13 @@ impl Fs {
         };
         match (tid, promise) {
             (Some(tid), Promise::Durable) => fs.journal.commit_and_wait(tid)?,
-            (Some(tid), Promise::Ordered) => fs.journal.commit_and_wait_dispatched(tid)?,
-            (None, _) => {}
+            (None, Promise::Durable) => {}
+            // A barrier delimits an epoch even when this file has nothing to order: the
+            // running transaction (other files' changes) commits, as BarrierFS's does.
+            (tid, Promise::Ordered) => {
+                let tid = tid.unwrap_or_else(|| fs.journal.latest_tid());
+                fs.journal.commit_and_wait_dispatched(tid)?;
+            }
         }
         if flush && fs.options.barrier {
             fs.io.flush()?;

@@ -86,3 +86,28 @@ fn barriers_order_on_a_device_with_barrier_writes() {
 fn barriers_order_on_a_device_that_orders_by_flushing() {
     barriers_order_what_they_cover(false);
 }
+
+/// A barrier on a file with nothing to order still ends an epoch: the running
+/// transaction, holding other files' changes, is dispatched before it returns.
+#[test]
+fn a_barrier_on_a_clean_file_still_commits_what_runs() {
+    let dev = fresh(true);
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let a = fs.create_file("/a", 0o644).unwrap();
+    a.write_at(0, A).unwrap();
+    a.fsync().unwrap();
+    let b = fs.create_file("/b", 0o644).unwrap();
+    b.write_at(0, B).unwrap();
+    drop(b);
+    fs.writeback_now().unwrap();
+    a.fdatabarrier().unwrap();
+    let (a_now, b_now) = recovered(dev.crash_keeping(|_| true));
+    assert_eq!(a_now.as_deref(), Some(A));
+    assert_eq!(
+        b_now.as_deref(),
+        Some(B),
+        "/b's transaction ran when /a's barrier came"
+    );
+    drop(a);
+    fs.unmount().unwrap();
+}

@@ -427,15 +427,19 @@ impl Journal {
     /// Commits whatever is running and waits until it is durable; returns the tid that is
     /// now committed.
     pub fn commit_all(&self) -> Result<Tid, JournalError> {
-        let tid = {
-            let st = self.shared.state.lock();
-            match st.running.as_ref() {
-                Some(t) => t.tid,
-                None => st.next_tid.wrapping_sub(1),
-            }
-        };
+        let tid = self.latest_tid();
         self.commit_and_wait(tid)?;
         Ok(tid)
+    }
+
+    /// The running transaction, or the last one started if none runs: committing it
+    /// covers every change made so far.
+    pub fn latest_tid(&self) -> Tid {
+        let st = self.shared.state.lock();
+        match st.running.as_ref() {
+            Some(t) => t.tid,
+            None => st.next_tid.wrapping_sub(1),
+        }
     }
 
     /// The last transaction whose commit is durable.
