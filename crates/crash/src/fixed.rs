@@ -11,6 +11,10 @@
 //!   interleaved by a seeded scheduler so that every run is the same).
 //! - SQLite's write and sync patterns: `sqlite-rollback` (DELETE journal mode, N
 //!   transactions) and `sqlite-wal` (N commits, a checkpoint every four).
+//! - BarrierFS's ordering-only syncs: `rename-root-to-sub-barrier` and
+//!   `create-delete-barrier` (the table 2 tests with every fsync an fbarrier), and
+//!   `barrier-chain` (N files, each written then fdatabarrier'd or fbarrier'd in turn, so
+//!   every later file's writes must not survive without the earlier files).
 
 use crate::workload::{Op, Workload, WorkloadId};
 use rand::rngs::StdRng;
@@ -26,6 +30,9 @@ pub const FIXED: &[(&str, usize)] = &[
     ("threads", 1),
     ("sqlite-rollback", 4),
     ("sqlite-wal", 8),
+    ("rename-root-to-sub-barrier", 1),
+    ("create-delete-barrier", 10),
+    ("barrier-chain", 6),
 ];
 
 /// Builds fixed workload `name` with size `size`.
@@ -39,6 +46,9 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "threads" => threads(size as u64),
         "sqlite-rollback" => sqlite_rollback(size),
         "sqlite-wal" => sqlite_wal(size),
+        "rename-root-to-sub-barrier" => barriers_for_syncs(rename_root_to_sub()),
+        "create-delete-barrier" => barriers_for_syncs(create_delete(size)),
+        "barrier-chain" => barrier_chain(size),
         other => {
             let names: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
             return Err(format!(
@@ -63,6 +73,36 @@ fn write(path: &str, offset: u64, len: u32) -> Op {
         offset,
         len,
     }
+}
+
+/// The same workload with each fsync an fbarrier and each fdatasync an fdatabarrier.
+fn barriers_for_syncs(ops: Vec<Op>) -> Vec<Op> {
+    ops.into_iter()
+        .map(|op| match op {
+            Op::Fsync(p) => Op::Fbarrier(p),
+            Op::Fdatasync(p) => Op::Fdatabarrier(p),
+            other => other,
+        })
+        .collect()
+}
+
+/// `write A; fdatabarrier A; write B; fbarrier B; ...`, then an fsync of the last file.
+fn barrier_chain(files: usize) -> Vec<Op> {
+    let mut ops = vec![Op::Mkdir("/chain".into())];
+    let name = |i| format!("/chain/f{i}");
+    for i in 0..files {
+        ops.extend([Op::Creat(name(i)), write(&name(i), 0, 3000)]);
+        ops.push(match i % 2 {
+            0 => Op::Fdatabarrier(name(i)),
+            _ => Op::Fbarrier(name(i)),
+        });
+        // An overwrite of an earlier file: ordered after its barrier, never before.
+        if i > 0 {
+            ops.extend([write(&name(i - 1), 0, 512), Op::Fdatabarrier(name(i - 1))]);
+        }
+    }
+    ops.push(Op::Fsync(name(files.saturating_sub(1))));
+    ops
 }
 
 fn rename_root_to_sub() -> Vec<Op> {

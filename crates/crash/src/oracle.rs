@@ -2,7 +2,10 @@
 //!
 //! For a crash after device-log entries `..point`, the operations that may have reached
 //! the disk end at some state `s_max`; a path's state is promised from the last sync call
-//! that covered it and returned before the crash (or from the start: setup is durable).
+//! that covered it and returned before the crash (or from the start: setup is durable),
+//! or from the last barrier (fbarrier, fdatabarrier) that covered it and returned before
+//! a write the crash kept: whatever a crash leaves is a prefix of the barrier-delimited
+//! epochs.
 //! Each path must then show a state it held between its promise and `s_max`:
 //!
 //! - what it names (which inode, or nothing) is one of the names it had;
@@ -17,7 +20,7 @@
 //!
 //! The oracle reads; it must never change the recovered file system.
 
-use crate::record::{Aspects, Recording, Timeline};
+use crate::record::{Aspects, CrashAt, Recording, Timeline};
 use crate::snapshot::{read_node, Identity, Node};
 use jext_fs::{DataMode, Fs, Ino};
 use std::collections::HashMap;
@@ -103,34 +106,44 @@ pub fn check(
     let t = &rec.timeline;
     let s_max = t.last_possible_state(point);
     let mut problems = Vec::new();
-    let mut recovered = Vec::with_capacity(t.paths.len());
-    for (i, path) in t.paths.iter().enumerate() {
-        match read_node(fs, path) {
-            Ok(node) => {
-                let view = PathView {
-                    rec,
-                    i,
-                    point,
-                    s_max,
-                };
-                view.check(&node, unit, &mut problems);
-                recovered.push(node);
-            }
-            Err(e) => {
+    let recovered: Vec<Node> = t
+        .paths
+        .iter()
+        .map(|path| {
+            read_node(fs, path).unwrap_or_else(|e| {
                 problems.push(format!("{path}: cannot be read after recovery: {e}"));
-                recovered.push(Node::Absent);
-            }
-        }
+                Node::Absent
+            })
+        })
+        .collect();
+    let at = CrashAt {
+        point,
+        seen: state_seen(t, &recovered),
+    };
+    for (i, node) in recovered.iter().enumerate() {
+        let view = PathView { rec, i, at, s_max };
+        view.check(node, unit, &mut problems);
     }
-    check_names(rec, names, point, s_max, &recovered, &mut problems);
+    check_names(rec, names, at, s_max, &recovered, &mut problems);
     (problems, recovered)
+}
+
+/// The latest state the recovered paths show: for each path the first state at which it
+/// looked like that (a lower bound on what recovery replayed), the largest of those.
+fn state_seen(t: &Timeline, recovered: &[Node]) -> usize {
+    recovered
+        .iter()
+        .enumerate()
+        .filter_map(|(i, node)| t.first_state_like(i, &node.identity()))
+        .max()
+        .unwrap_or(0)
 }
 
 /// One path's history as seen from one crash point.
 struct PathView<'a> {
     rec: &'a Recording,
     i: usize,
-    point: usize,
+    at: CrashAt,
     s_max: usize,
 }
 
@@ -142,10 +155,7 @@ impl PathView<'_> {
     /// From which state `aspect` of the inode `node` names is promised.
     fn since(&self, node: &Node, aspect: fn(&Aspects) -> bool) -> usize {
         match node.ino() {
-            Some(ino) => self
-                .rec
-                .timeline
-                .promised_inode_state(ino, self.point, aspect),
+            Some(ino) => self.rec.timeline.promised_inode_state(ino, self.at, aspect),
             None => 0,
         }
     }
@@ -173,7 +183,7 @@ impl PathView<'_> {
     }
 
     fn check(&self, got: &Node, unit: Option<usize>, problems: &mut Vec<String>) {
-        let exists_since = self.rec.timeline.promised_state(self.i, self.point);
+        let exists_since = self.rec.timeline.promised_state(self.i, self.at);
         let allowed = self
             .rec
             .timeline
@@ -279,7 +289,7 @@ fn zero_extended_eq(state: &[u8], start: usize, piece: &[u8]) -> bool {
 fn check_names(
     rec: &Recording,
     names: &NameCounts,
-    point: usize,
+    at: CrashAt,
     s_max: usize,
     recovered: &[Node],
     problems: &mut Vec<String>,
@@ -302,7 +312,7 @@ fn check_names(
         }
     }
     for i in 0..t.paths.len() {
-        let since = t.promised_state(i, point);
+        let since = t.promised_state(i, at);
         let Some(ino) = linkable_ino(t.node_at(i, since)) else {
             continue;
         };

@@ -7,7 +7,7 @@
 //! through the same [`read_node`] used on the recovered image); the model tests check
 //! that live behaviour, this module checks that it survives crashes.
 
-use crate::snapshot::{read_node, Node};
+use crate::snapshot::{read_node, Identity, Node};
 use crate::workload::{pattern, Falloc, Op, Workload};
 use jext_device::{CrashCapture, SimDevice, SimFault};
 use jext_fs::format::acl::{self, Acl, AclEntry};
@@ -43,12 +43,33 @@ const ALL: Aspects = Aspects {
 };
 
 /// A promise: from device-log index `done_at` on, `aspects` of the path hold at least
-/// their state after operation `state - 1`.
+/// their state after operation `state - 1`. A sync call's holds at every crash after
+/// `done_at`; a barrier's (`ordered`) only at a crash whose recovered file system shows
+/// the effect of a later operation, since a barrier orders without making durable.
 #[derive(Clone, Copy, Debug)]
 pub struct Promise {
     pub done_at: usize,
     pub state: usize,
     pub aspects: Aspects,
+    pub ordered: bool,
+}
+
+/// Where a crash happened (after device-log entries `..point`) and how far its recovery
+/// got: `seen` is the latest state some path shows that no earlier state explains.
+#[derive(Clone, Copy, Debug)]
+pub struct CrashAt {
+    pub point: usize,
+    pub seen: usize,
+}
+
+impl Promise {
+    fn holds_at(&self, at: CrashAt) -> bool {
+        if self.ordered {
+            self.done_at <= at.point && self.state < at.seen
+        } else {
+            self.done_at <= at.point
+        }
+    }
 }
 
 /// A recorded run.
@@ -129,13 +150,14 @@ pub fn record(workload: &Workload, mode: DataMode, fault: Option<SimFault>) -> F
     for (k, op) in workload.ops.iter().enumerate() {
         let start = dev.capture_len();
         let result = apply(&fs, op, k);
-        if op.is_sync() && result.is_ok() {
+        let promises = (op.is_sync() || op.is_barrier()) && result.is_ok();
+        if promises {
             dev.mark(format!("op {k} ({op}) returned"));
         }
         let end = dev.capture_len();
         timeline.spans.push((start, end));
         timeline.snapshot_after(&fs, op, k)?;
-        if op.is_sync() && result.is_ok() {
+        if promises {
             timeline.promise(op, end, k + 1);
         }
     }
@@ -153,6 +175,14 @@ impl Timeline {
         let h = &self.history[i];
         let at = h.partition_point(|(state, _)| *state <= s);
         &h[at - 1].1
+    }
+
+    /// The first state at which path `i` held a node like `identity`, if it ever did.
+    pub fn first_state_like(&self, i: usize, identity: &Identity) -> Option<usize> {
+        self.history[i]
+            .iter()
+            .find(|(_, node)| &node.identity() == identity)
+            .map(|(state, _)| *state)
     }
 
     /// The distinct nodes path `i` held over states `from..=to`, with the first state
@@ -176,22 +206,21 @@ impl Timeline {
             .map_or(0, |k| k + 1)
     }
 
-    /// The state from which what path `i` names is promised at a crash after `..point`.
-    pub fn promised_state(&self, i: usize, point: usize) -> usize {
-        latest_promise(&self.promises[i], point, |a| a.exists)
+    /// The state from which what path `i` names is promised at crash `at`.
+    pub fn promised_state(&self, i: usize, at: CrashAt) -> usize {
+        latest_promise(&self.promises[i], at, |a| a.exists)
     }
 
-    /// The state from which `aspect` of inode `ino` is promised at a crash after
-    /// `..point`.
+    /// The state from which `aspect` of inode `ino` is promised at crash `at`.
     pub fn promised_inode_state(
         &self,
         ino: Ino,
-        point: usize,
+        at: CrashAt,
         aspect: impl Fn(&Aspects) -> bool,
     ) -> usize {
         self.inode_promises
             .get(&ino)
-            .map_or(0, |p| latest_promise(p, point, aspect))
+            .map_or(0, |p| latest_promise(p, at, aspect))
     }
 
     /// The states inode `ino` went through over `from..=to` (the one it was in at
@@ -256,13 +285,13 @@ impl Timeline {
         Ok(())
     }
 
-    /// Notes what a completed sync call promised.
+    /// Notes what a completed sync call or barrier promised.
     fn promise(&mut self, op: &Op, done_at: usize, state: usize) {
         let mut promised: Vec<(usize, Aspects)> = Vec::new();
         match op {
             Op::Sync => promised.extend((0..self.paths.len()).map(|i| (i, ALL))),
-            Op::Fsync(p) | Op::Fdatasync(p) => {
-                let datasync = matches!(op, Op::Fdatasync(_));
+            Op::Fsync(p) | Op::Fdatasync(p) | Op::Fbarrier(p) | Op::Fdatabarrier(p) => {
+                let datasync = matches!(op, Op::Fdatasync(_) | Op::Fdatabarrier(_));
                 let Some(i) = self.index_of(p) else { return };
                 let is_dir = matches!(**self.node_at(i, state), Node::Dir { .. });
                 promised.push((
@@ -290,13 +319,14 @@ impl Timeline {
                     }));
                 }
             }
-            _ => unreachable!("only sync calls promise"),
+            _ => unreachable!("only sync calls and barriers promise"),
         }
         for (i, aspects) in promised {
             let promise = Promise {
                 done_at,
                 state,
                 aspects,
+                ordered: op.is_barrier(),
             };
             self.promises[i].push(promise);
             if let Some(ino) = Node::ino(self.node_at(i, state)) {
@@ -308,10 +338,10 @@ impl Timeline {
     }
 }
 
-fn latest_promise(promises: &[Promise], point: usize, aspect: impl Fn(&Aspects) -> bool) -> usize {
+fn latest_promise(promises: &[Promise], at: CrashAt, aspect: impl Fn(&Aspects) -> bool) -> usize {
     promises
         .iter()
-        .filter(|p| p.done_at <= point && aspect(&p.aspects))
+        .filter(|p| p.holds_at(at) && aspect(&p.aspects))
         .map(|p| p.state)
         .max()
         .unwrap_or(0)
@@ -427,6 +457,48 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
         }
         Op::Fsync(p) => fs.fsync(fs.resolve(p)?, false),
         Op::Fdatasync(p) => fs.fsync(fs.resolve(p)?, true),
+        Op::Fbarrier(p) => fs.fbarrier(fs.resolve(p)?, false),
+        Op::Fdatabarrier(p) => fs.fbarrier(fs.resolve(p)?, true),
         Op::Sync => fs.sync(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_barrier_promises_only_once_a_later_operation_shows() {
+        let promise = |ordered| Promise {
+            done_at: 10,
+            state: 3,
+            aspects: ALL,
+            ordered,
+        };
+        let at = |point, seen| CrashAt { point, seen };
+        // A sync call's promise holds from its return on, whatever recovery shows.
+        assert!(!promise(false).holds_at(at(9, 9)));
+        assert!(promise(false).holds_at(at(10, 0)));
+        // A barrier's only when the recovered state shows an operation after it.
+        assert!(!promise(true).holds_at(at(20, 3)));
+        assert!(promise(true).holds_at(at(20, 4)));
+        assert!(
+            !promise(true).holds_at(at(9, 4)),
+            "not before the barrier returned"
+        );
+        let promises = [promise(false), promise(true)];
+        assert_eq!(latest_promise(&promises, at(20, 3), |a| a.exists), 3);
+        let earlier = Promise {
+            state: 1,
+            ..promise(false)
+        };
+        assert_eq!(
+            latest_promise(&[earlier, promise(true)], at(20, 3), |a| a.exists),
+            1
+        );
+        assert_eq!(
+            latest_promise(&[earlier, promise(true)], at(20, 5), |a| a.exists),
+            3
+        );
     }
 }

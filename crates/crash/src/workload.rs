@@ -78,6 +78,10 @@ pub enum Op {
     },
     Fsync(String),
     Fdatasync(String),
+    /// BarrierFS's ordering-only syncs: what fsync (fdatasync) would make durable is
+    /// ordered before every later write, not durable.
+    Fbarrier(String),
+    Fdatabarrier(String),
     Sync,
 }
 
@@ -85,6 +89,11 @@ impl Op {
     /// Whether the call promises durability when it returns.
     pub fn is_sync(&self) -> bool {
         matches!(self, Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync)
+    }
+
+    /// Whether the call promises order when it returns (a barrier).
+    pub fn is_barrier(&self) -> bool {
+        matches!(self, Op::Fbarrier(_) | Op::Fdatabarrier(_))
     }
 
     /// The paths the call names (not the paths it changes through a renamed directory).
@@ -96,6 +105,8 @@ impl Op {
             | Op::Rmdir(p)
             | Op::Fsync(p)
             | Op::Fdatasync(p)
+            | Op::Fbarrier(p)
+            | Op::Fdatabarrier(p)
             | Op::Write { path: p, .. }
             | Op::Append { path: p, .. }
             | Op::Truncate { path: p, .. }
@@ -145,6 +156,8 @@ impl fmt::Display for Op {
             }
             Op::Fsync(p) => write!(f, "fsync {p}"),
             Op::Fdatasync(p) => write!(f, "fdatasync {p}"),
+            Op::Fbarrier(p) => write!(f, "fbarrier {p}"),
+            Op::Fdatabarrier(p) => write!(f, "fdatabarrier {p}"),
             Op::Sync => write!(f, "sync"),
         }
     }
