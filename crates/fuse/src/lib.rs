@@ -18,6 +18,11 @@ pub use kernel_mount::{bind, remount, unmount, KernelMount, MountKind, MountRequ
 pub use ops::JextFuse;
 pub use options::FuseOptions;
 
+/// jext's ordering-only syncs as ioctls on a file of a jext mount (`include/jext.h`:
+/// `_IO('j', 0x40)` fbarrier, `_IO('j', 0x41)` fdatabarrier).
+pub const JEXT_IOC_FBARRIER: u32 = 0x6a40;
+pub const JEXT_IOC_FDATABARRIER: u32 = 0x6a41;
+
 use fuser::{Config, SessionACL};
 use jext_fs::Fs;
 use requests::RequestCounts;

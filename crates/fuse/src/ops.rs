@@ -16,6 +16,7 @@
 //! so that an unlinked file lives until its last release.
 
 use crate::requests::RequestCounts;
+use crate::{JEXT_IOC_FBARRIER, JEXT_IOC_FDATABARRIER};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags as FuseRenameFlags,
@@ -47,9 +48,6 @@ const FS_IOC_GETFLAGS: [u32; 2] = [0x8008_6601, 0x8004_6601];
 const FS_IOC_SETFLAGS: [u32; 2] = [0x4008_6602, 0x4004_6602];
 /// `FS_IOC_FSGETXATTR` / `FS_IOC_FSSETXATTR` (`struct fsxattr`, 28 bytes): the kernel asks
 /// for these around `chattr`, so they must answer for the flags they share with ext4.
-/// jext's ordering-only syncs (`include/jext.h`: `_IO('j', 0x40)`, `_IO('j', 0x41)`).
-const JEXT_IOC_FBARRIER: u32 = 0x6a40;
-const JEXT_IOC_FDATABARRIER: u32 = 0x6a41;
 const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
 

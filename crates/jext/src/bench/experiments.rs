@@ -317,6 +317,16 @@ pub enum After {
     Nothing,
     Fsync,
     Fdatasync,
+    /// jext's ordering-only syncs (jext systems only); one fdatasync at the end.
+    Fbarrier,
+    Fdatabarrier,
+}
+
+impl After {
+    /// Whether only jext can do it.
+    pub fn is_barrier(self) -> bool {
+        matches!(self, After::Fbarrier | After::Fdatabarrier)
+    }
 }
 
 const OVERWRITE_FILE_BYTES: u64 = 64 << 20;
@@ -347,9 +357,11 @@ pub fn synced_writes(
                 After::Nothing => {}
                 After::Fsync => file.sync(false)?,
                 After::Fdatasync => file.sync(true)?,
+                After::Fbarrier => file.barrier(false)?,
+                After::Fdatabarrier => file.barrier(true)?,
             }
         }
-        if after == After::Nothing {
+        if after == After::Nothing || after.is_barrier() {
             file.sync(true)?;
         }
         Ok(start.elapsed().as_secs_f64())

@@ -115,11 +115,20 @@ impl Experiment {
                 .map(|&rate| Variant::Background(rate))
                 .collect(),
             Experiment::OrderedWrite => {
-                writes(Placement::Overwrite, &[After::Nothing, After::Fdatasync])
+                let afters = [After::Nothing, After::Fdatasync, After::Fdatabarrier];
+                writes(Placement::Overwrite, &afters)
             }
             Experiment::IoPerFsync => [Placement::Append, Placement::Overwrite]
                 .into_iter()
-                .flat_map(|p| writes(p, &[After::Fsync, After::Fdatasync]))
+                .flat_map(|p| {
+                    let afters = [
+                        After::Fsync,
+                        After::Fdatasync,
+                        After::Fbarrier,
+                        After::Fdatabarrier,
+                    ];
+                    writes(p, &afters)
+                })
                 .collect(),
             Experiment::IoOrder => OrderMode::ALL.into_iter().map(Variant::Order).collect(),
         }
@@ -194,11 +203,25 @@ impl Variant {
                     After::Nothing => "no sync",
                     After::Fsync => "fsync",
                     After::Fdatasync => "fdatasync",
+                    After::Fbarrier => "fbarrier",
+                    After::Fdatabarrier => "fdatabarrier",
                 };
                 format!("{placement} + {after}")
             }
             Variant::Sqlite(journal, phase) => format!("{} {}", journal.name(), phase.name()),
             Variant::Order(mode) => mode.letter().into(),
+        }
+    }
+}
+
+impl Variant {
+    /// Whether this variant can run on `system`: jext's barriers only on jext.
+    pub fn applies_to(self, system: &System) -> bool {
+        match self {
+            Variant::Writes(_, after) if after.is_barrier() => {
+                matches!(system, System::Jext { .. } | System::JextFuse { .. })
+            }
+            _ => true,
         }
     }
 }
@@ -394,7 +417,8 @@ fn plan(opts: &BenchOptions) -> Vec<(Experiment, Variant, usize, &System)> {
     for &experiment in &opts.experiments {
         for variant in experiment.variants(opts) {
             for repetition in 0..opts.repetitions {
-                for system in opts.systems.iter().filter(|s| experiment.applies_to(s)) {
+                let runs_on = |s: &&System| experiment.applies_to(s) && variant.applies_to(s);
+                for system in opts.systems.iter().filter(runs_on) {
                     runs.push((experiment, variant, repetition, system));
                 }
             }
@@ -630,15 +654,33 @@ mod tests {
         assert_eq!(labels(Experiment::FsyncTail, &full).len(), 4);
         assert_eq!(
             labels(Experiment::OrderedWrite, &full),
-            ["overwrite + no sync", "overwrite + fdatasync"]
+            [
+                "overwrite + no sync",
+                "overwrite + fdatasync",
+                "overwrite + fdatabarrier"
+            ]
         );
+        let barrier = Variant::Writes(Placement::Overwrite, After::Fdatabarrier);
+        let ext4 = System::Ext4 {
+            options: "data=ordered",
+            features: "",
+        };
+        assert!(!barrier.applies_to(&ext4));
+        assert!(barrier.applies_to(&System::JextFuse {
+            mode: DataMode::Ordered,
+            writeback_cache: false,
+        }));
         assert_eq!(
             labels(Experiment::IoPerFsync, &quick),
             [
                 "append + fsync",
                 "append + fdatasync",
+                "append + fbarrier",
+                "append + fdatabarrier",
                 "overwrite + fsync",
-                "overwrite + fdatasync"
+                "overwrite + fdatasync",
+                "overwrite + fbarrier",
+                "overwrite + fdatabarrier"
             ]
         );
         assert_eq!(labels(Experiment::Seq, &quick), [""]);

@@ -16,6 +16,7 @@ use jext_device::{LatencyModel, Preset, SimDevice};
 use jext_fuse::requests::DaemonStats;
 use jext_io::EngineKind;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -414,6 +415,29 @@ impl BenchFile {
                 Ok(())
             }
             BenchFile::Vfs(f) => f.write_all_at(data, offset),
+        }
+    }
+
+    /// fbarrier, or fdatabarrier when `data_only`: jext through the library or its mount.
+    pub fn barrier(&mut self, data_only: bool) -> io::Result<()> {
+        match self {
+            BenchFile::Jext(f) if data_only => f.fdatabarrier().map_err(io::Error::other),
+            BenchFile::Jext(f) => f.fbarrier().map_err(io::Error::other),
+            BenchFile::Vfs(f) => {
+                let cmd = if data_only {
+                    jext_fuse::JEXT_IOC_FDATABARRIER
+                } else {
+                    jext_fuse::JEXT_IOC_FBARRIER
+                };
+                // SAFETY: an ioctl without an argument on a descriptor this file owns.
+                let rc = unsafe { libc::ioctl(f.as_raw_fd(), cmd as _) };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            }
+            BenchFile::Raw { .. } => Err(io::Error::other("a raw device has no barrier call")),
         }
     }
 
