@@ -393,6 +393,23 @@ impl JextFuse {
         }
     }
 
+    /// After an ACL change by a caller neither in the file's group nor holding
+    /// CAP_FSETID, the kernel's `posix_acl_update_mode` clears set-group-ID; over FUSE it
+    /// says so with `FUSE_SETXATTR_ACL_KILL_SGID`, and jext does it.
+    fn drop_setgid(&self, ino: Ino) -> Result<(), Errno> {
+        let perm = self.fs.stat(ino).map_err(errno)?.perm;
+        if perm & 0o2000 == 0 {
+            return Ok(());
+        }
+        let change = SetAttr {
+            perm: Some(perm & !0o2000),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(ino, &change).map_err(errno)?;
+        self.invalidate_attributes(ino);
+        Ok(())
+    }
+
     /// What the kernel would do before a write; the mode and ctime it cached are then out
     /// of date.
     fn drop_privileges(&self, ino: Ino, what: PrivilegeDrop) -> Result<(), Errno> {
@@ -453,6 +470,9 @@ fn ids_dropped_by(req: &Request) -> PrivilegeDrop {
 /// cache the kernel still flushes its dirty pages at close, as it must.
 const NO_FLUSH: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
+/// `fuse_setxattr_in.setxattr_flags`: clear set-group-ID (fuse_kernel.h 7.33).
+const FUSE_SETXATTR_ACL_KILL_SGID: u32 = 1;
+
 /// ext4's immutable and append-only inode flags.
 const IMMUTABLE_FL: u32 = 0x10;
 const APPEND_FL: u32 = 0x20;
@@ -501,6 +521,8 @@ impl Filesystem for JextFuse {
                 .add_capabilities(InitFlags::FUSE_POSIX_ACL)
                 .map_err(|_| std::io::Error::other("the kernel's FUSE has no POSIX ACLs"))?;
         }
+        // SETXATTR then says when an ACL change must clear set-group-ID.
+        let _ = config.add_capabilities(InitFlags::FUSE_SETXATTR_EXT);
         self.drops_privileges = config
             .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
             .is_ok();
@@ -908,6 +930,7 @@ impl Filesystem for JextFuse {
         value: &[u8],
         flags: i32,
         _position: u32,
+        setxattr_flags: u32,
         reply: ReplyEmpty,
     ) {
         let mode = match flags {
@@ -916,12 +939,17 @@ impl Filesystem for JextFuse {
             libc::XATTR_REPLACE => XattrSetMode::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
+        let kill_sgid = setxattr_flags & FUSE_SETXATTR_ACL_KILL_SGID != 0;
         empty(
             reply,
             to_ext4(ino).and_then(|i| {
                 self.fs
                     .setxattr(i, name.as_bytes(), value, mode)
-                    .map_err(errno)
+                    .map_err(errno)?;
+                if kill_sgid {
+                    self.drop_setgid(i)?;
+                }
+                Ok(())
             }),
         );
     }

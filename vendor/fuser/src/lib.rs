@@ -787,6 +787,7 @@ pub trait Filesystem: Send + Sync + 'static {
         _value: &[u8],
         flags: i32,
         position: u32,
+        _setxattr_flags: u32,
         reply: ReplyEmpty,
     ) {
         warn!(

@@ -341,6 +341,7 @@ impl<'a> RequestWithSender<'a> {
                     x.value(),
                     x.flags(),
                     x.position(),
+                    x.setxattr_flags(),
                     self.reply(),
                 );
             }

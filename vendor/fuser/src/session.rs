@@ -469,6 +469,12 @@ impl<FS: Filesystem> Session<FS> {
                 config.max_write
             );
 
+            // jext patch: SETXATTR's layout depends on what was agreed.
+            let agreed = init.capabilities() & config.requested;
+            crate::ll::SETXATTR_EXT.store(
+                agreed.contains(InitFlags::FUSE_SETXATTR_EXT),
+                std::sync::atomic::Ordering::Release,
+            );
             let response = init.reply(&config);
             <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
                 .send_ll(&response);

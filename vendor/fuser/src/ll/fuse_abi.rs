@@ -461,6 +461,15 @@ pub(crate) struct fuse_setxattr_in {
     pub(crate) padding: u32,
 }
 
+/// jext patch: what follows `fuse_setxattr_in` once `FUSE_SETXATTR_EXT` is agreed
+/// (fuse_kernel.h 7.33): `FUSE_SETXATTR_ACL_KILL_SGID` and padding.
+#[repr(C)]
+#[derive(Debug, FromBytes, KnownLayout, Immutable)]
+pub(crate) struct fuse_setxattr_ext {
+    pub(crate) setxattr_flags: u32,
+    pub(crate) padding: u32,
+}
+
 #[repr(C)]
 #[derive(Debug, FromBytes, KnownLayout, Immutable)]
 pub(crate) struct fuse_getxattr_in {

@@ -10,6 +10,11 @@ pub(crate) mod reply;
 pub(crate) mod request;
 
 use std::num::NonZeroI32;
+use std::sync::atomic::AtomicBool;
+
+/// jext patch: whether INIT agreed on `FUSE_SETXATTR_EXT`, after which every SETXATTR
+/// carries the longer `fuse_setxattr_in` (with `setxattr_flags`). The parser reads it.
+pub(crate) static SETXATTR_EXT: AtomicBool = AtomicBool::new(false);
 use std::time::SystemTime;
 
 pub(crate) use reply::ResponseData;

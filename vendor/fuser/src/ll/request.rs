@@ -837,10 +837,17 @@ mod op {
         #[expect(dead_code)]
         header: &'a fuse_in_header,
         arg: &'a fuse_setxattr_in,
+        /// jext patch: present once `FUSE_SETXATTR_EXT` was agreed.
+        ext: Option<&'a fuse_setxattr_ext>,
         name: &'a OsStr,
         value: &'a [u8],
     }
     impl<'a> SetXAttr<'a> {
+        /// jext patch: `setxattr_flags` (`FUSE_SETXATTR_ACL_KILL_SGID`), 0 without the
+        /// extension.
+        pub(crate) fn setxattr_flags(&self) -> u32 {
+            self.ext.map_or(0, |e| e.setxattr_flags)
+        }
         pub(crate) fn name(&self) -> &'a OsStr {
             self.name
         }
@@ -1735,6 +1742,11 @@ mod op {
                 let out = SetXAttr {
                     header,
                     arg: data.fetch()?,
+                    ext: if crate::ll::SETXATTR_EXT.load(std::sync::atomic::Ordering::Acquire) {
+                        Some(data.fetch()?)
+                    } else {
+                        None
+                    },
                     name: data.fetch_str()?,
                     value: data.fetch_all(),
                 };
