@@ -461,10 +461,11 @@ fn the_checkpoint_runs_beside_the_commits_as_the_log_wraps() {
     }
     let stats = journal.stats();
     assert!(stats.checkpoints >= 3, "{stats:?}");
+    // Writers reserve log room when they start (and wait there if the checkpoint lags,
+    // which a loaded machine can make happen), so the commit thread never waits for it.
     assert_eq!(
-        (stats.commit_room_waits, stats.log_full_waits),
-        (0, 0),
-        "the background checkpoint kept room ahead of the commits: {stats:?}"
+        stats.commit_room_waits, 0,
+        "the commit thread waited for log room: {stats:?}"
     );
     journal.shutdown().unwrap();
     for i in 0..40 {
