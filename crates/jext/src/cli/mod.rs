@@ -43,12 +43,14 @@ enum Command {
     Mkfs {
         /// An image file (created or resized to --size) or a block device.
         image: PathBuf,
-        /// Size of a new image file, like 64M, 1G, 1T (sparse).
+        /// Size of a new image file (sparse), 2 MiB to 192 TiB: bytes, or a number with
+        /// K, M, G, T or P (binary; also KiB ... PiB), like 64M, 1G, 1TiB.
         #[arg(long)]
         size: Option<String>,
-        /// Block size in bytes (default: 1024 below 512 MiB, else 4096).
+        /// Block size, 1024 to 65536, a power of two; like --size, 4096 or 4K (default:
+        /// 1024 below 512 MiB, else 4096).
         #[arg(long)]
-        block_size: Option<u32>,
+        block_size: Option<String>,
         /// Journal size in blocks (default by size, as mkfs.ext4).
         #[arg(long)]
         journal_blocks: Option<u32>,
@@ -221,7 +223,7 @@ pub fn run(cli: Cli) -> i32 {
         } => tools::mkfs(
             &image,
             size.as_deref(),
-            block_size,
+            block_size.as_deref(),
             journal_blocks,
             fast_commit,
             label,
