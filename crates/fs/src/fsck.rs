@@ -29,7 +29,7 @@ use crate::state::{FsInner, FsState};
 use crate::types::{FileKind, ROOT_INO};
 use crate::{Fs, MountOptions};
 use jext_device::{BlockDevice, OverlayDevice};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 const RESIZE_INO: u32 = 7;
@@ -108,7 +108,9 @@ struct Checker<'a> {
     report: &'a mut FsckReport,
     /// Blocks in use, one bit each.
     claimed: Vec<u64>,
-    inodes: BTreeMap<u32, InodeFacts>,
+    inodes: HashMap<u32, InodeFacts>,
+    /// Per group: inodes in use and directories among them, counted in pass 1.
+    group_counts: Vec<(u32, u32)>,
     xattr_users: HashMap<u64, u32>,
     xattr_refcounts: HashMap<u64, u32>,
     /// Every group's descriptor, read once (`None`: unreadable, reported by group).
@@ -125,7 +127,8 @@ impl<'a> Checker<'a> {
             st,
             report,
             claimed: vec![0; blocks.div_ceil(64) as usize],
-            inodes: BTreeMap::new(),
+            inodes: HashMap::new(),
+            group_counts: vec![(0, 0); fs.geo.group_count as usize],
             xattr_users: HashMap::new(),
             xattr_refcounts: HashMap::new(),
             descs: Vec::new(),
@@ -492,6 +495,10 @@ impl<'a> Checker<'a> {
                 "{owner}: i_blocks says {counted} blocks, counted {blocks}"
             ));
         }
+        let (group, _) = self.fs.geo.inode_position(ino);
+        let counts = &mut self.group_counts[group as usize];
+        counts.0 += 1;
+        counts.1 += u32::from(kind == Some(FileKind::Directory));
         self.inodes.insert(
             ino,
             InodeFacts {
@@ -608,6 +615,8 @@ impl<'a> Checker<'a> {
             .filter(|(_, f)| f.kind == Some(FileKind::Directory))
             .map(|(i, _)| *i)
             .collect();
+        let mut dirs = dirs;
+        dirs.sort_unstable();
         let mut names = Vec::new();
         for d in dirs {
             let raw = match read_record(self.fs, self.st, d) {
@@ -623,7 +632,7 @@ impl<'a> Checker<'a> {
             };
             let mut dot = false;
             for l in listed {
-                let shown = String::from_utf8_lossy(&l.name).into_owned();
+                let shown = || String::from_utf8_lossy(&l.name).into_owned();
                 if l.name == b"." {
                     dot = true;
                     if l.ino != d {
@@ -634,10 +643,11 @@ impl<'a> Checker<'a> {
                 match self.inodes.get(&l.ino) {
                     None => match self.never_used(l.ino) {
                         Some(why) => {
-                            self.problem(format!("directory {d}: entry {shown:?} names {why}"))
+                            self.problem(format!("directory {d}: entry {:?} names {why}", shown()))
                         }
                         None => self.problem(format!(
-                            "directory {d}: entry {shown:?} names inode {}, which is not in use",
+                            "directory {d}: entry {:?} names inode {}, which is not in use",
+                            shown(),
                             l.ino
                         )),
                     },
@@ -645,8 +655,11 @@ impl<'a> Checker<'a> {
                         let expected = f.kind.map(|k| k.dirent_type());
                         if self.fs.filetype && l.file_type != 0 && expected != Some(l.file_type) {
                             self.problem(format!(
-                                "directory {d}: entry {shown:?} has type {} but inode {} is {:?}",
-                                l.file_type, l.ino, f.kind
+                                "directory {d}: entry {:?} has type {} but inode {} is {:?}",
+                                shown(),
+                                l.file_type,
+                                l.ino,
+                                f.kind
                             ));
                         }
                     }
@@ -681,6 +694,8 @@ impl<'a> Checker<'a> {
             .filter(|(_, f)| f.kind == Some(FileKind::Directory))
             .map(|(i, _)| *i)
             .collect();
+        let mut dirs = dirs;
+        dirs.sort_unstable();
         for d in dirs {
             let expected_parent = if d == ROOT_INO {
                 if parents.contains_key(&d) {
@@ -740,6 +755,8 @@ impl<'a> Checker<'a> {
             })
             .map(|(i, _)| *i)
             .collect();
+        let mut unreachable = unreachable;
+        unreachable.sort_unstable();
         for d in unreachable {
             if parents.contains_key(&d) {
                 self.problem(format!(
@@ -772,6 +789,8 @@ impl<'a> Checker<'a> {
             .iter()
             .map(|(i, f)| (*i, f.kind, f.links))
             .collect();
+        let mut checks = checks;
+        checks.sort_unstable_by_key(|c| c.0);
         for (ino, kind, links) in checks {
             if ino < first_ino && ino != ROOT_INO {
                 continue;
@@ -904,13 +923,7 @@ impl<'a> Checker<'a> {
     fn check_inode_group(&mut self, g: u32, desc: &GroupDesc) -> FsResult<()> {
         let geo = self.fs.geo.clone();
         let ipg = geo.inodes_per_group;
-        let range = g * ipg + 1..=(g + 1) * ipg;
-        let in_use = self.inodes.range(range.clone()).count() as u32;
-        let dirs = self
-            .inodes
-            .range(range)
-            .filter(|(_, f)| f.kind == Some(FileKind::Directory))
-            .count() as u32;
+        let (in_use, dirs) = self.group_counts[g as usize];
         if desc.free_inodes != ipg - in_use {
             self.problem(format!(
                 "group {g}: free inode count {}, counted {}",
