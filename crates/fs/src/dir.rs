@@ -11,7 +11,9 @@
 //! its subtree, with bit 0 set when a hash run continues from the previous leaf. A failed
 //! capacity check happens before anything changes.
 //! Readdir cookies: byte offsets in linear directories, hash positions in indexed ones, so
-//! a leaf split during a listing neither repeats nor skips an entry.
+//! a leaf split during a listing neither repeats nor skips an entry. A listing streams:
+//! each batch starts at the cookie's leaf (found through the index, O(log n)) and reads
+//! only the leaves it returns.
 
 use crate::blockmap;
 use crate::error::{FsError, FsResult};
@@ -256,14 +258,35 @@ fn htree_lookup(fs: &FsInner, ino: u32, raw: &Inode, name: &[u8]) -> FsResult<Op
     }
 }
 
-/// Lists entries from `cookie` on (0 starts at the beginning).
+/// Entries a readdir batch aims at: enough to fill a FUSE reply, few enough that each
+/// call reads a handful of blocks however large the directory is.
+pub(crate) const READDIR_BATCH_ENTRIES: usize = 256;
+
+/// Lists every entry from `cookie` on (0 starts at the beginning).
 pub(crate) fn list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<Listed>> {
+    list_batch(fs, ino, raw, cookie, usize::MAX)
+}
+
+/// Lists entries from `cookie` on, stopping at a block boundary once `at_least` are
+/// gathered (the caller continues from the last entry's `next_cookie`; an empty answer
+/// means the end). Reads only the blocks it lists, starting where the cookie points: a
+/// listing never rescans the directory from its start.
+pub(crate) fn list_batch(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    cookie: u64,
+    at_least: usize,
+) -> FsResult<Vec<Listed>> {
     if is_indexed(fs, raw) {
-        return htree_list(fs, ino, raw, cookie);
+        return htree_list(fs, ino, raw, cookie, at_least);
     }
     let bs = u64::from(fs.geo.block_size);
     let mut out = Vec::new();
     for logical in (cookie / bs) as u32..block_count(fs, raw) {
+        if out.len() >= at_least {
+            break;
+        }
         let (phys, bytes) = read_block(fs, ino, raw, logical)?;
         for e in parse_leaf(fs, ino, raw, phys, &bytes)? {
             let position = u64::from(logical) * bs + e.offset as u64;
@@ -282,20 +305,29 @@ pub(crate) fn list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult
 
 /// The cookie of an entry in an indexed directory: after "." (0) and ".." (1), entries
 /// sort by (major, minor) hash, kept below 2^62 so the cookie is a valid file offset.
+/// A cookie names a hash position, not a block, so it stays valid while other names are
+/// added and leaves split.
 fn hash_cookie(major: u32, minor: u32) -> u64 {
     3 + ((u64::from(major >> 1) << 31) | u64::from(minor >> 1))
 }
 
-fn htree_list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<Listed>> {
-    let (info, root) = read_root(fs, ino, raw)?;
-    let mut leaves = Vec::new();
-    for e in &root {
-        if info.indirect_levels == 1 {
-            leaves.extend(read_node(fs, ino, raw, e.block)?.iter().map(|n| n.block));
-        } else {
-            leaves.push(e.block);
-        }
-    }
+/// The major hash a cookie starts at (the inverse of [`hash_cookie`] on its high part).
+fn cookie_major(cookie: u64) -> u32 {
+    (((cookie.saturating_sub(3)) >> 31) << 1) as u32
+}
+
+/// Lists an indexed directory from `cookie`: descends to the leaf holding the cookie's
+/// hash and walks leaves in hash order. A batch ends only where the next leaf starts a
+/// new hash (bit 0 of its index hash clear), so a run of equal hashes spread over leaves
+/// is always listed, and sorted, within one batch.
+fn htree_list(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    cookie: u64,
+    at_least: usize,
+) -> FsResult<Vec<Listed>> {
+    let (info, _) = read_root(fs, ino, raw)?;
     let mut out = Vec::new();
     for (key, name, entry_ino) in [
         (0u64, &b"."[..], info.dot_inode),
@@ -310,8 +342,10 @@ fn htree_list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<
             });
         }
     }
+    let mut path = dx_find(fs, ino, raw, cookie_major(cookie))?;
     let mut rest = Vec::new();
-    for logical in leaves {
+    loop {
+        let logical = path.leaf();
         let (phys, bytes) = read_block(fs, ino, raw, logical)?;
         for e in parse_leaf(fs, ino, raw, phys, &bytes)? {
             if e.inode == 0 {
@@ -327,6 +361,11 @@ fn htree_list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<
                     next_cookie: key + 1,
                 });
             }
+        }
+        match dx_next(fs, ino, raw, &mut path)? {
+            None => break,
+            Some(next) if next & 1 == 0 && out.len() + rest.len() >= at_least => break,
+            Some(_) => {}
         }
     }
     rest.sort_by_key(|l| l.next_cookie);
