@@ -189,7 +189,8 @@ enum Command {
     ///           jext bench fsync-latency --out bench/results/today
     Bench {
         /// seq, fsync-latency, memory, dwsl, fsync-tail, ordered-write, io-per-fsync, untar,
-        /// sqlite, varmail, or all.
+        /// sqlite, varmail, or all; or scale (fsck vs e2fsck and directories vs Linux ext4
+        /// at growing sizes, its own report).
         experiment: String,
         /// A short run (one repetition, smaller sizes) that finishes in a few minutes.
         #[arg(long)]

@@ -1,0 +1,281 @@
+//! `jext bench scale`: how jext's checking and directories grow with size, beside
+//! e2fsck and Linux ext4, as curves (several sizes per row), in one run.
+//!
+//! Rows: `jext fsck` against `e2fsck -fn` on empty jext-made images of growing size and on
+//! trees of growing size written by Linux (a loop mount of a mkfs.ext4 image); creating
+//! and listing one directory of growing size through the jext library against Linux
+//! ext4 (loop device), with the creation rate of the first and of the last tenth of the
+//! names (flat means the last tenth is as fast as the first). Every jext image is checked
+//! with `e2fsck -fn` afterwards and the verdict reported.
+//!
+//! Promises: every image is made fresh and removed with the scratch directory; both
+//! checkers run on the same image with the same (warm) page cache, best of two. Never
+//! writes outside the scratch directory. Without root the Linux rows are SKIPPED, said so.
+
+use super::rig::{LoopDevice, Mount, Scratch};
+use jext::{FileDevice, Fs, MkfsOptions, MountOptions};
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to run: sizes for each curve.
+pub struct ScaleOptions {
+    pub dir: PathBuf,
+    pub empty_image_bytes: Vec<u64>,
+    pub tree_files: Vec<usize>,
+    pub dir_entries: Vec<usize>,
+}
+
+impl ScaleOptions {
+    pub fn new(dir: PathBuf, quick: bool) -> ScaleOptions {
+        if quick {
+            ScaleOptions {
+                dir,
+                empty_image_bytes: vec![16 << 30, 256 << 30],
+                tree_files: vec![10_000, 50_000],
+                dir_entries: vec![10_000, 50_000],
+            }
+        } else {
+            ScaleOptions {
+                dir,
+                empty_image_bytes: vec![64 << 30, 256 << 30, 1 << 40, 4 << 40],
+                tree_files: vec![10_000, 100_000, 300_000],
+                dir_entries: vec![10_000, 100_000, 300_000, 1_000_000],
+            }
+        }
+    }
+}
+
+/// Runs every row; returns the report as markdown.
+pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
+    let scratch = Scratch::new(&opts.dir)?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### fsck on empty jext-made images\n\n| size | jext fsck (ms) | e2fsck -fn (ms) | jext / e2fsck | verdicts (jext, e2fsck) |\n|---|---|---|---|---|"
+    );
+    for &bytes in &opts.empty_image_bytes {
+        let img = scratch.dir.join("empty.img");
+        jext::mkfs(
+            Arc::new(FileDevice::create(&img, bytes).map_err(io::Error::other)?),
+            &MkfsOptions {
+                assume_zeroed: true,
+                ..MkfsOptions::default()
+            },
+        )
+        .map_err(io::Error::other)?;
+        let row = fsck_row(&img)?;
+        let _ = writeln!(out, "| {} | {row}", jext_fs::options::human_bytes(bytes));
+        eprintln!(
+            "jext bench scale: fsck, empty {}: done",
+            jext_fs::options::human_bytes(bytes)
+        );
+        std::fs::remove_file(&img)?;
+    }
+    if root {
+        let _ = writeln!(
+            out,
+            "\n### fsck on one directory of N empty files written by Linux\n\n| files | jext fsck (ms) | e2fsck -fn (ms) | jext / e2fsck | verdicts (jext, e2fsck) |\n|---|---|---|---|---|"
+        );
+        let mut linux_dirs = Vec::new();
+        for &files in &opts.tree_files {
+            let (row, linux) = linux_tree_row(&scratch, files)?;
+            let _ = writeln!(out, "| {files} | {row}");
+            linux_dirs.push((files, linux));
+            eprintln!("jext bench scale: fsck, {files} Linux files: done");
+        }
+        let _ = writeln!(out, "\nLinux ext4 (loop device) on the same trees, one directory:\n\n| files | create first 10% (/s) | create last 10% (/s) | last / first | list (ms) |\n|---|---|---|---|---|");
+        for (files, d) in &linux_dirs {
+            let _ = writeln!(out, "| {files} | {} |", d.cells());
+        }
+    } else {
+        let _ = writeln!(out, "\nSKIPPED: the Linux rows need root (loop devices).");
+    }
+    let _ = writeln!(
+        out,
+        "\n### One directory of N entries through the jext library\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | list (ms) | e2fsck -fn |\n|---|---|---|---|---|---|"
+    );
+    for &entries in &opts.dir_entries {
+        let (rates, verdict) = jext_dir_row(&scratch, entries)?;
+        let _ = writeln!(out, "| {entries} | {} | {verdict} |", rates.cells());
+        eprintln!("jext bench scale: directory, {entries} entries: done");
+    }
+    Ok(out)
+}
+
+/// Creation rates at the start and the end, and the time to list.
+struct DirRates {
+    first_per_s: f64,
+    last_per_s: f64,
+    list: Duration,
+}
+
+impl DirRates {
+    fn cells(&self) -> String {
+        format!(
+            "{:.0} | {:.0} | {:.2} | {:.1}",
+            self.first_per_s,
+            self.last_per_s,
+            self.last_per_s / self.first_per_s,
+            self.list.as_secs_f64() * 1e3
+        )
+    }
+}
+
+/// Creates `count` names with `make`, timing the first and the last tenth.
+fn timed_creates(
+    count: usize,
+    mut make: impl FnMut(usize) -> io::Result<()>,
+) -> io::Result<(f64, f64)> {
+    let tenth = (count / 10).max(1);
+    let mut first = Duration::ZERO;
+    let mut last = Duration::ZERO;
+    let mut started = Instant::now();
+    for i in 0..count {
+        make(i)?;
+        if i + 1 == tenth {
+            first = started.elapsed();
+        }
+        if i + 1 == count - tenth {
+            started = Instant::now();
+        }
+    }
+    last += started.elapsed();
+    let rate = |d: Duration| tenth as f64 / d.as_secs_f64().max(1e-9);
+    Ok((rate(first), rate(last)))
+}
+
+fn entry_name(i: usize) -> String {
+    format!("f{i:07}")
+}
+
+fn jext_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, String)> {
+    let img = scratch.dir.join("dir.img");
+    let bytes = ((entries as u64 * 8192).max(1 << 30)).next_power_of_two();
+    jext::mkfs(
+        Arc::new(FileDevice::create(&img, bytes).map_err(io::Error::other)?),
+        &MkfsOptions {
+            assume_zeroed: true,
+            ..MkfsOptions::default()
+        },
+    )
+    .map_err(io::Error::other)?;
+    let fs = Fs::open_path(&img, MountOptions::default()).map_err(io::Error::other)?;
+    let dir = fs.mkdir_path("/d", 0o755).map_err(io::Error::other)?.ino;
+    let (first_per_s, last_per_s) = timed_creates(entries, |i| {
+        fs.create(dir, entry_name(i).as_bytes(), 0o644, 0, 0)
+            .map(drop)
+            .map_err(io::Error::other)
+    })?;
+    let started = Instant::now();
+    let mut cookie = 0;
+    let mut listed = 0;
+    loop {
+        let batch = fs.readdir(dir, cookie).map_err(io::Error::other)?;
+        let Some(last) = batch.last() else { break };
+        cookie = last.next_cookie;
+        listed += batch.len();
+    }
+    let list = started.elapsed();
+    if listed != entries + 2 {
+        return Err(io::Error::other(format!(
+            "listed {listed} entries of {entries} (+2)"
+        )));
+    }
+    fs.unmount().map_err(io::Error::other)?;
+    let (code, _) = e2fsck(&img)?;
+    std::fs::remove_file(&img)?;
+    Ok((
+        DirRates {
+            first_per_s,
+            last_per_s,
+            list,
+        },
+        if code == 0 {
+            "clean".into()
+        } else {
+            format!("exit {code}")
+        },
+    ))
+}
+
+/// Writes `files` empty files into one directory through a Linux loop mount, then
+/// checks the image with both checkers.
+fn linux_tree_row(scratch: &Scratch, files: usize) -> io::Result<(String, DirRates)> {
+    let bytes = ((files as u64 * 16_384).max(4 << 30)).next_power_of_two();
+    let img = scratch.image("tree.img", bytes)?;
+    let img_text = img.to_string_lossy().to_string();
+    let inodes = (files + 1000).to_string();
+    super::rig::run("mkfs.ext4", &["-q", "-F", "-N", &inodes, &img_text])?;
+    let rates = {
+        let device = LoopDevice::attach(&img)?;
+        let point = scratch.dir.join("mnt");
+        let mount = Mount::kernel("ext4", device.path_str(), &point, "")?;
+        let dir = point.join("d");
+        std::fs::create_dir(&dir)?;
+        let (first_per_s, last_per_s) = timed_creates(files, |i| {
+            std::fs::File::create(dir.join(entry_name(i))).map(drop)
+        })?;
+        let started = Instant::now();
+        let listed = std::fs::read_dir(&dir)?.count();
+        let list = started.elapsed();
+        if listed != files {
+            return Err(io::Error::other(format!(
+                "Linux listed {listed} of {files}"
+            )));
+        }
+        drop(mount);
+        drop(device);
+        DirRates {
+            first_per_s,
+            last_per_s,
+            list,
+        }
+    };
+    let row = fsck_row(&img)?;
+    std::fs::remove_file(&img)?;
+    Ok((row, rates))
+}
+
+/// `jext fsck` and `e2fsck -fn` on `img`, best of two each: the table cells.
+fn fsck_row(img: &Path) -> io::Result<String> {
+    let mut ours = Duration::MAX;
+    let mut theirs = Duration::MAX;
+    let mut verdicts = (String::new(), 0);
+    for _ in 0..2 {
+        let started = Instant::now();
+        let device = jext::open_device(img, true).map_err(io::Error::other)?;
+        let report = jext::fsck(device).map_err(io::Error::other)?;
+        ours = ours.min(started.elapsed());
+        let started = Instant::now();
+        let (code, _) = e2fsck(img)?;
+        theirs = theirs.min(started.elapsed());
+        verdicts = (
+            if report.is_clean() {
+                "clean".to_string()
+            } else {
+                format!("{} problems", report.problems.len())
+            },
+            code,
+        );
+    }
+    Ok(format!(
+        "{:.0} | {:.0} | {:.2} | {}, exit {} |",
+        ours.as_secs_f64() * 1e3,
+        theirs.as_secs_f64() * 1e3,
+        ours.as_secs_f64() / theirs.as_secs_f64(),
+        verdicts.0,
+        verdicts.1
+    ))
+}
+
+fn e2fsck(img: &Path) -> io::Result<(i32, String)> {
+    let out = Command::new("e2fsck").arg("-fn").arg(img).output()?;
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
