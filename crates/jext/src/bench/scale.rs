@@ -34,9 +34,9 @@ impl ScaleOptions {
         if quick {
             ScaleOptions {
                 dir,
-                empty_image_bytes: vec![],
-                tree_files: vec![],
-                dir_entries: vec![300_000],
+                empty_image_bytes: vec![16 << 30, 256 << 30, 1 << 40],
+                tree_files: vec![10_000, 50_000],
+                dir_entries: vec![10_000, 100_000],
             }
         } else {
             ScaleOptions {
@@ -96,7 +96,66 @@ pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
         let _ = writeln!(out, "| {entries} | {} | {verdict} |", rates.cells());
         eprintln!("jext bench scale: directory, {entries} entries: done");
     }
+    if root {
+        let _ = writeln!(
+            out,
+            "\n### One directory of N entries through the jext mount (FUSE)\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | e2fsck -fn |\n|---|---|---|---|---|---|---|"
+        );
+        for &entries in &opts.dir_entries {
+            let (rates, verdict) = jext_mount_dir_row(&scratch, entries)?;
+            let _ = writeln!(out, "| {entries} | {} | {verdict} |", rates.cells());
+            eprintln!("jext bench scale: directory through the mount, {entries} entries: done");
+        }
+    }
     Ok(out)
+}
+
+/// Creates and lists `count` empty files in `dir` through the kernel (any mount).
+fn mounted_dir_rates(dir: &Path, count: usize) -> io::Result<DirRates> {
+    std::fs::create_dir(dir)?;
+    let tenths_per_s = timed_creates(count, |i| {
+        std::fs::File::create(dir.join(entry_name(i))).map(drop)
+    })?;
+    let started = Instant::now();
+    let listed = std::fs::read_dir(dir)?.count();
+    let list = started.elapsed();
+    if listed != count {
+        return Err(io::Error::other(format!(
+            "{} lists {listed} of {count}",
+            dir.display()
+        )));
+    }
+    Ok(DirRates { tenths_per_s, list })
+}
+
+fn jext_mount_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, String)> {
+    let img = scratch.dir.join("mounted-dir.img");
+    make_jext_image(&img, dir_image_bytes(entries))?;
+    let point = scratch.dir.join("jext-mnt");
+    let rates = {
+        let mount = Mount::jext(&img.to_string_lossy(), &point, "")?;
+        let rates = mounted_dir_rates(&point.join("d"), entries)?;
+        drop(mount);
+        rates
+    };
+    let verdict = e2fsck_verdict(&img)?;
+    std::fs::remove_file(&img)?;
+    Ok((rates, verdict))
+}
+
+/// An image size with room for `entries` inodes (mkfs gives one per 16 KiB) twice over.
+fn dir_image_bytes(entries: usize) -> u64 {
+    ((entries as u64 * 32_768).max(1 << 30)).next_power_of_two()
+}
+
+/// `clean` or `exit N` from `e2fsck -fn`.
+fn e2fsck_verdict(img: &Path) -> io::Result<String> {
+    let (code, _) = e2fsck(img)?;
+    Ok(if code == 0 {
+        "clean".into()
+    } else {
+        format!("exit {code}")
+    })
 }
 
 /// Creation rates at the start and the end, and the time to list.
@@ -161,9 +220,7 @@ fn entry_name(i: usize) -> String {
 
 fn jext_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, String)> {
     let img = scratch.dir.join("dir.img");
-    // mkfs gives one inode per 16 KiB: room for twice the entries.
-    let bytes = ((entries as u64 * 32_768).max(1 << 30)).next_power_of_two();
-    make_jext_image(&img, bytes)?;
+    make_jext_image(&img, dir_image_bytes(entries))?;
     let fs = Fs::open_path(&img, MountOptions::default()).map_err(io::Error::other)?;
     let dir = fs.mkdir_path("/d", 0o755).map_err(io::Error::other)?.ino;
     let tenths_per_s = timed_creates(entries, |i| {
@@ -187,16 +244,9 @@ fn jext_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, Stri
         )));
     }
     fs.unmount().map_err(io::Error::other)?;
-    let (code, _) = e2fsck(&img)?;
+    let verdict = e2fsck_verdict(&img)?;
     std::fs::remove_file(&img)?;
-    Ok((
-        DirRates { tenths_per_s, list },
-        if code == 0 {
-            "clean".into()
-        } else {
-            format!("exit {code}")
-        },
-    ))
+    Ok((DirRates { tenths_per_s, list }, verdict))
 }
 
 /// Writes `files` empty files into one directory through a Linux loop mount, then
@@ -211,22 +261,10 @@ fn linux_tree_row(scratch: &Scratch, files: usize) -> io::Result<(String, DirRat
         let device = LoopDevice::attach(&img)?;
         let point = scratch.dir.join("mnt");
         let mount = Mount::kernel("ext4", device.path_str(), &point, "")?;
-        let dir = point.join("d");
-        std::fs::create_dir(&dir)?;
-        let tenths_per_s = timed_creates(files, |i| {
-            std::fs::File::create(dir.join(entry_name(i))).map(drop)
-        })?;
-        let started = Instant::now();
-        let listed = std::fs::read_dir(&dir)?.count();
-        let list = started.elapsed();
-        if listed != files {
-            return Err(io::Error::other(format!(
-                "Linux listed {listed} of {files}"
-            )));
-        }
+        let rates = mounted_dir_rates(&point.join("d"), files)?;
         drop(mount);
         drop(device);
-        DirRates { tenths_per_s, list }
+        rates
     };
     let row = fsck_row(&img)?;
     std::fs::remove_file(&img)?;
