@@ -336,7 +336,16 @@ impl<'a> Checker<'a> {
             if self.uninit(&desc, FLAG_INODE_UNINIT) {
                 continue;
             }
-            let bitmap_bytes = self.fs.cache.get(desc.inode_bitmap)?.bytes().to_vec();
+            let bitmap_bytes = match self.fs.cache.get(desc.inode_bitmap) {
+                Ok(buf) => buf.bytes().to_vec(),
+                Err(e) => {
+                    self.problem(format!(
+                        "group {g}: cannot read inode bitmap block {}: {e}",
+                        desc.inode_bitmap
+                    ));
+                    continue;
+                }
+            };
             let trusted = self.trusted_inodes(&desc);
             for i in (trusted..geo.inodes_per_group).filter(|&i| bitmap::test_bit(&bitmap_bytes, i))
             {
@@ -357,7 +366,17 @@ impl<'a> Checker<'a> {
                 if !used.is_empty() {
                     let first_block = desc.inode_table + u64::from(run_start / per_block);
                     let blocks = (run_end - run_start).div_ceil(per_block);
-                    let table = self.read_run(first_block, blocks)?;
+                    let table = match self.read_run(first_block, blocks) {
+                        Ok(table) => table,
+                        Err(e) => {
+                            self.problem(format!(
+                                "group {g}: cannot read inode table blocks {first_block}..{}: {e}",
+                                first_block + u64::from(blocks)
+                            ));
+                            run_start = run_end;
+                            continue;
+                        }
+                    };
                     for i in used {
                         let ino = g * geo.inodes_per_group + i + 1;
                         let at = ((i - run_start) * inode_size) as usize;
@@ -386,6 +405,13 @@ impl<'a> Checker<'a> {
     /// holds newer bytes of is taken from there, as a cached read would.
     fn read_run(&self, first: u64, blocks: u32) -> FsResult<Vec<u8>> {
         let bs = self.fs.geo.block_size as usize;
+        if first.saturating_add(u64::from(blocks)) > self.fs.geo.blocks_count {
+            return Err(FsError::Inconsistent(format!(
+                "blocks {first}..{} run past the end of the file system ({} blocks)",
+                first.saturating_add(u64::from(blocks)),
+                self.fs.geo.blocks_count
+            )));
+        }
         let mut bytes = vec![0u8; blocks as usize * bs];
         self.fs.io.read(first * bs as u64, &mut bytes)?;
         for (i, chunk) in bytes.chunks_mut(bs).enumerate() {
