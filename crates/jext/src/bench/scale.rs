@@ -27,7 +27,13 @@ pub struct ScaleOptions {
     pub empty_image_bytes: Vec<u64>,
     pub tree_files: Vec<usize>,
     pub dir_entries: Vec<usize>,
+    /// The row groups to run (see [`ROWS`]).
+    pub rows: Vec<&'static str>,
 }
+
+/// The row groups, by name: empty-image fsck, Linux-written trees (fsck and Linux's own
+/// directory rates), directories through the library, directories through the mount.
+pub const ROWS: [&str; 4] = ["fsck-empty", "linux-trees", "dir-library", "dir-mount"];
 
 impl ScaleOptions {
     pub fn new(dir: PathBuf, quick: bool) -> ScaleOptions {
@@ -37,6 +43,7 @@ impl ScaleOptions {
                 empty_image_bytes: vec![16 << 30, 256 << 30, 1 << 40],
                 tree_files: vec![10_000, 50_000],
                 dir_entries: vec![10_000, 100_000],
+                rows: ROWS.to_vec(),
             }
         } else {
             ScaleOptions {
@@ -44,15 +51,47 @@ impl ScaleOptions {
                 empty_image_bytes: vec![64 << 30, 256 << 30, 1 << 40, 4 << 40],
                 tree_files: vec![10_000, 100_000, 300_000],
                 dir_entries: vec![10_000, 100_000, 300_000, 1_000_000],
+                rows: ROWS.to_vec(),
             }
         }
     }
 }
 
-/// Runs every row; returns the report as markdown.
+impl ScaleOptions {
+    /// Keeps the row groups whose name contains `pattern` (`--only dir-`).
+    pub fn only(&mut self, pattern: &str) {
+        self.rows.retain(|r| r.contains(pattern));
+    }
+
+    fn runs(&self, row: &str) -> bool {
+        self.rows.contains(&row)
+    }
+}
+
+/// Runs the chosen rows; returns the report as markdown.
 pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
     let scratch = Scratch::new(&opts.dir)?;
     let mut out = String::new();
+    if opts.runs("fsck-empty") {
+        empty_rows(opts, &scratch, &mut out)?;
+    }
+    if opts.runs("linux-trees") && root {
+        linux_rows(opts, &scratch, &mut out)?;
+    } else if opts.runs("linux-trees") {
+        let _ = writeln!(out, "\nSKIPPED: the Linux rows need root (loop devices).");
+    }
+    if opts.runs("dir-library") {
+        library_rows(opts, &scratch, &mut out)?;
+    }
+    if opts.runs("dir-mount") && root {
+        mount_rows(opts, &scratch, &mut out)?;
+    } else if opts.runs("dir-mount") {
+        let _ = writeln!(out, "\nSKIPPED: the mount rows need root.");
+    }
+    Ok(out)
+}
+
+fn empty_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
     let _ = writeln!(
         out,
         "### fsck on empty jext-made images\n\n| size | jext fsck (ms) | e2fsck -fn (ms) | jext / e2fsck | verdicts (jext, e2fsck) |\n|---|---|---|---|---|"
@@ -68,14 +107,18 @@ pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
         );
         std::fs::remove_file(&img)?;
     }
-    if root {
+    Ok(())
+}
+
+fn linux_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
+    {
         let _ = writeln!(
             out,
             "\n### fsck on one directory of N empty files written by Linux\n\n| files | jext fsck (ms) | e2fsck -fn (ms) | jext / e2fsck | verdicts (jext, e2fsck) |\n|---|---|---|---|---|"
         );
         let mut linux_dirs = Vec::new();
         for &files in &opts.tree_files {
-            let (row, linux) = linux_tree_row(&scratch, files)?;
+            let (row, linux) = linux_tree_row(scratch, files)?;
             let _ = writeln!(out, "| {files} | {row}");
             linux_dirs.push((files, linux));
             eprintln!("jext bench scale: fsck, {files} Linux files: done");
@@ -84,30 +127,36 @@ pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
         for (files, d) in &linux_dirs {
             let _ = writeln!(out, "| {files} | {} |", d.cells());
         }
-    } else {
-        let _ = writeln!(out, "\nSKIPPED: the Linux rows need root (loop devices).");
     }
+    Ok(())
+}
+
+fn library_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
     let _ = writeln!(
         out,
         "\n### One directory of N entries through the jext library\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | e2fsck -fn |\n|---|---|---|---|---|---|---|"
     );
     for &entries in &opts.dir_entries {
-        let (rates, verdict) = jext_dir_row(&scratch, entries)?;
+        let (rates, verdict) = jext_dir_row(scratch, entries)?;
         let _ = writeln!(out, "| {entries} | {} | {verdict} |", rates.cells());
         eprintln!("jext bench scale: directory, {entries} entries: done");
     }
-    if root {
+    Ok(())
+}
+
+fn mount_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
+    {
         let _ = writeln!(
             out,
             "\n### One directory of N entries through the jext mount (FUSE)\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | e2fsck -fn |\n|---|---|---|---|---|---|---|"
         );
         for &entries in &opts.dir_entries {
-            let (rates, verdict) = jext_mount_dir_row(&scratch, entries)?;
+            let (rates, verdict) = jext_mount_dir_row(scratch, entries)?;
             let _ = writeln!(out, "| {entries} | {} | {verdict} |", rates.cells());
             eprintln!("jext bench scale: directory through the mount, {entries} entries: done");
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Creates and lists `count` empty files in `dir` through the kernel (any mount).

@@ -158,7 +158,17 @@ fn header_markdown(h: &serde_json::Value) -> String {
 
 /// `jext bench scale`: its own curves (see `bench::scale`), written as report.md.
 fn scale_command(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let opts = bench::scale::ScaleOptions::new(args.dir.clone(), args.quick);
+    let mut opts = bench::scale::ScaleOptions::new(args.dir.clone(), args.quick);
+    if let Some(pattern) = &args.only {
+        opts.only(pattern);
+        if opts.rows.is_empty() {
+            return Err(format!(
+                "no row of scale contains {pattern:?}; there are: {}",
+                bench::scale::ROWS.join(", ")
+            )
+            .into());
+        }
+    }
     let root = bench::running_as_root();
     if !root {
         eprintln!("jext bench scale: not root, so no loop devices: the Linux rows are SKIPPED");

@@ -201,7 +201,9 @@ enum Command {
         /// Directory for scratch images; its disk is the disk under test.
         #[arg(long, default_value = "/var/tmp")]
         dir: PathBuf,
-        /// Only systems whose name contains this text (e.g. "jext", "ext4").
+        /// Only systems whose name contains this text (e.g. "jext", "ext4"); for scale,
+        /// only the rows whose name contains it (fsck-empty, linux-trees, dir-library,
+        /// dir-mount).
         #[arg(long)]
         only: Option<String>,
         /// Also write report.md and results.json into this directory.
