@@ -49,7 +49,7 @@ impl ScaleOptions {
             ScaleOptions {
                 dir,
                 empty_image_bytes: vec![64 << 30, 256 << 30, 1 << 40, 4 << 40],
-                tree_files: vec![10_000, 100_000, 300_000],
+                tree_files: vec![10_000, 100_000, 300_000, 1_000_000],
                 dir_entries: vec![10_000, 100_000, 300_000, 1_000_000],
                 rows: ROWS.to_vec(),
             }
