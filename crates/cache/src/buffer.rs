@@ -24,6 +24,10 @@ struct Inner {
     map: HashMap<u64, Entry>,
     clock: u64,
     stats: BufferCacheStats,
+    /// After an eviction that pinned buffers kept above capacity, the size the map must
+    /// reach before the next try: a cache full of pinned buffers is then scanned once per
+    /// capacity/8 misses, not at every miss (which made each miss cost the cache's size).
+    retry_at_len: usize,
 }
 
 pub struct BufferCache {
@@ -47,6 +51,7 @@ impl BufferCache {
                 map: HashMap::new(),
                 clock: 0,
                 stats: BufferCacheStats::default(),
+                retry_at_len: 0,
             }),
         }
     }
@@ -147,9 +152,14 @@ impl BufferCache {
     }
 
     fn evict_if_full(&self, inner: &mut Inner) {
-        if inner.map.len() > self.capacity_blocks {
+        if inner.map.len() > self.capacity_blocks && inner.map.len() > inner.retry_at_len {
             // Evict down to 7/8 so that eviction runs once per many misses.
             Self::evict_down_to(inner, self.capacity_blocks - self.capacity_blocks / 8);
+            inner.retry_at_len = if inner.map.len() > self.capacity_blocks {
+                inner.map.len() + self.capacity_blocks / 8
+            } else {
+                0
+            };
         }
     }
 

@@ -332,7 +332,8 @@ impl Fs {
         self.with_room(|fs, st| namei::rename(fs, st, src_parent, src, dst_parent, dst, flags))
     }
 
-    /// Entries of directory `ino` from `cookie` on (0: from the start).
+    /// A batch of entries of directory `ino` from `cookie` on (0: from the start); call
+    /// again from the last entry's `next_cookie` until a batch is empty.
     pub fn readdir(&self, ino: Ino, cookie: u64) -> FsResult<Vec<DirEntry>> {
         let mut st = self.lock()?;
         crate::inodes::load(self.inner(), &mut st, ino)?;
@@ -341,7 +342,7 @@ impl Fs {
             return Err(FsError::NotDir(format!("inode {ino}")));
         }
         let raw = info.raw.clone();
-        let listed = dir::list(self.inner(), ino, &raw, cookie)?;
+        let listed = dir::list_batch(self.inner(), ino, &raw, cookie, dir::READDIR_BATCH_ENTRIES)?;
         crate::inodes::note_access(self.inner(), st.inodes.get_mut(&ino).expect("loaded"));
         let mut out = Vec::with_capacity(listed.len());
         for l in listed {

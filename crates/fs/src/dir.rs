@@ -1,17 +1,20 @@
 //! Directories: names to inode numbers, in linear blocks or a hashed tree (htree).
 //!
 //! A linear directory is scanned block by block. An indexed one (`INDEX` flag, with the
-//! `dir_index` feature) keeps an index in block 0 (and at most one level of index nodes)
-//! that sends a name's hash to the leaf block holding it. A linear directory becomes
-//! indexed when its only block fills, as ext4 does; a full leaf splits in two by hash; a
-//! full root index moves into a node block, growing the tree to two levels.
+//! `dir_index` feature) keeps an index in block 0 and up to one level of index nodes (two
+//! with `large_dir`) that sends a name's hash to the leaf block holding it: a lookup reads
+//! one block per level and one leaf, O(log n). A linear directory becomes indexed when
+//! its only block fills, as ext4 does; a full leaf splits in two by hash; a full node
+//! splits and passes an entry up; a full root moves into a node, adding a level.
 //!
 //! Promises: every block read is checked (checksum tail, entry chain, index) before use;
 //! every block written gets a fresh checksum; an index entry's hash is the lowest hash in
 //! its subtree, with bit 0 set when a hash run continues from the previous leaf. A failed
 //! capacity check happens before anything changes.
 //! Readdir cookies: byte offsets in linear directories, hash positions in indexed ones, so
-//! a leaf split during a listing neither repeats nor skips an entry.
+//! a leaf split during a listing neither repeats nor skips an entry. A listing streams:
+//! each batch starts at the cookie's leaf (found through the index, O(log n)) and reads
+//! only the leaves it returns.
 
 use crate::blockmap;
 use crate::error::{FsError, FsResult};
@@ -155,13 +158,14 @@ struct DxPath {
     info: DxRootInfo,
     root: Vec<DxEntry>,
     root_slot: usize,
-    /// With one indirect level: the node's logical block, its entries, and the slot.
-    node: Option<(u32, Vec<DxEntry>, usize)>,
+    /// One per indirect level, from the root down: a node's logical block, its entries,
+    /// and the slot taken.
+    nodes: Vec<(u32, Vec<DxEntry>, usize)>,
 }
 
 impl DxPath {
     fn leaf(&self) -> u32 {
-        match &self.node {
+        match self.nodes.last() {
             Some((_, entries, slot)) => entries[*slot].block,
             None => self.root[self.root_slot].block,
         }
@@ -173,13 +177,22 @@ fn slot_for(entries: &[DxEntry], hash: u32) -> usize {
     entries[1..].partition_point(|e| e.hash <= hash)
 }
 
+/// Index levels below the root this file system allows (2 with `large_dir`).
+fn max_indirect_levels(fs: &FsInner) -> u8 {
+    if fs.large_dir {
+        htree::MAX_INDIRECT_LEVELS_LARGE_DIR
+    } else {
+        htree::MAX_INDIRECT_LEVELS
+    }
+}
+
 fn read_root(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<(DxRootInfo, Vec<DxEntry>)> {
     let (phys, bytes) = read_block(fs, ino, raw, 0)?;
     let loc = Location::Block {
         block: phys,
         ino: Some(ino),
     };
-    let decoded = htree::decode_root(&bytes, tail(fs), loc)?;
+    let decoded = htree::decode_root_with_levels(&bytes, tail(fs), max_indirect_levels(fs), loc)?;
     if let Some(seed) = seed(fs, ino, raw) {
         htree::verify_checksum(&bytes, ROOT_COUNT_OFFSET, seed, loc)?;
     }
@@ -199,42 +212,60 @@ fn read_node(fs: &FsInner, ino: u32, raw: &Inode, logical: u32) -> FsResult<Vec<
     Ok(entries)
 }
 
+/// Descends from the root to the leaf for `hash`: one block read per level, O(log n).
 fn dx_find(fs: &FsInner, ino: u32, raw: &Inode, hash: u32) -> FsResult<DxPath> {
     let (info, root) = read_root(fs, ino, raw)?;
     let root_slot = slot_for(&root, hash);
-    let node = if info.indirect_levels == 1 {
-        let logical = root[root_slot].block;
-        let entries = read_node(fs, ino, raw, logical)?;
-        let slot = slot_for(&entries, hash);
-        Some((logical, entries, slot))
-    } else {
-        None
-    };
-    Ok(DxPath {
+    let mut path = DxPath {
         info,
         root,
         root_slot,
-        node,
-    })
+        nodes: Vec::with_capacity(usize::from(info.indirect_levels)),
+    };
+    descend(fs, ino, raw, &mut path, Some(hash))?;
+    Ok(path)
+}
+
+/// Fills `path.nodes` below the deepest level it holds: at the slot for `hash`, or at
+/// slot 0 of each node when `hash` is `None` (after moving to the next entry above).
+fn descend(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    path: &mut DxPath,
+    hash: Option<u32>,
+) -> FsResult<()> {
+    while path.nodes.len() < usize::from(path.info.indirect_levels) {
+        let logical = match path.nodes.last() {
+            Some((_, entries, slot)) => entries[*slot].block,
+            None => path.root[path.root_slot].block,
+        };
+        let entries = read_node(fs, ino, raw, logical)?;
+        let slot = hash.map_or(0, |h| slot_for(&entries, h));
+        path.nodes.push((logical, entries, slot));
+    }
+    Ok(())
 }
 
 /// Moves to the next leaf in hash order; returns the hash that leaf starts at.
 fn dx_next(fs: &FsInner, ino: u32, raw: &Inode, path: &mut DxPath) -> FsResult<Option<u32>> {
-    if let Some((_, entries, slot)) = &mut path.node {
+    // The deepest level that has an entry after its slot moves; those below restart.
+    while let Some((_, entries, slot)) = path.nodes.last_mut() {
         if *slot + 1 < entries.len() {
             *slot += 1;
-            return Ok(Some(entries[*slot].hash));
+            let hash = entries[*slot].hash;
+            descend(fs, ino, raw, path, None)?;
+            return Ok(Some(hash));
         }
+        path.nodes.pop();
     }
     if path.root_slot + 1 >= path.root.len() {
+        // The last leaf was passed; the path is spent.
         return Ok(None);
     }
     path.root_slot += 1;
     let hash = path.root[path.root_slot].hash;
-    if path.node.is_some() {
-        let logical = path.root[path.root_slot].block;
-        path.node = Some((logical, read_node(fs, ino, raw, logical)?, 0));
-    }
+    descend(fs, ino, raw, path, None)?;
     Ok(Some(hash))
 }
 
@@ -256,14 +287,35 @@ fn htree_lookup(fs: &FsInner, ino: u32, raw: &Inode, name: &[u8]) -> FsResult<Op
     }
 }
 
-/// Lists entries from `cookie` on (0 starts at the beginning).
+/// Entries a readdir batch aims at: enough to fill a FUSE reply, few enough that each
+/// call reads a handful of blocks however large the directory is.
+pub(crate) const READDIR_BATCH_ENTRIES: usize = 256;
+
+/// Lists every entry from `cookie` on (0 starts at the beginning).
 pub(crate) fn list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<Listed>> {
+    list_batch(fs, ino, raw, cookie, usize::MAX)
+}
+
+/// Lists entries from `cookie` on, stopping at a block boundary once `at_least` are
+/// gathered (the caller continues from the last entry's `next_cookie`; an empty answer
+/// means the end). Reads only the blocks it lists, starting where the cookie points: a
+/// listing never rescans the directory from its start.
+pub(crate) fn list_batch(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    cookie: u64,
+    at_least: usize,
+) -> FsResult<Vec<Listed>> {
     if is_indexed(fs, raw) {
-        return htree_list(fs, ino, raw, cookie);
+        return htree_list(fs, ino, raw, cookie, at_least);
     }
     let bs = u64::from(fs.geo.block_size);
     let mut out = Vec::new();
     for logical in (cookie / bs) as u32..block_count(fs, raw) {
+        if out.len() >= at_least {
+            break;
+        }
         let (phys, bytes) = read_block(fs, ino, raw, logical)?;
         for e in parse_leaf(fs, ino, raw, phys, &bytes)? {
             let position = u64::from(logical) * bs + e.offset as u64;
@@ -282,20 +334,29 @@ pub(crate) fn list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult
 
 /// The cookie of an entry in an indexed directory: after "." (0) and ".." (1), entries
 /// sort by (major, minor) hash, kept below 2^62 so the cookie is a valid file offset.
+/// A cookie names a hash position, not a block, so it stays valid while other names are
+/// added and leaves split.
 fn hash_cookie(major: u32, minor: u32) -> u64 {
     3 + ((u64::from(major >> 1) << 31) | u64::from(minor >> 1))
 }
 
-fn htree_list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<Listed>> {
-    let (info, root) = read_root(fs, ino, raw)?;
-    let mut leaves = Vec::new();
-    for e in &root {
-        if info.indirect_levels == 1 {
-            leaves.extend(read_node(fs, ino, raw, e.block)?.iter().map(|n| n.block));
-        } else {
-            leaves.push(e.block);
-        }
-    }
+/// The major hash a cookie starts at (the inverse of [`hash_cookie`] on its high part).
+fn cookie_major(cookie: u64) -> u32 {
+    (((cookie.saturating_sub(3)) >> 31) << 1) as u32
+}
+
+/// Lists an indexed directory from `cookie`: descends to the leaf holding the cookie's
+/// hash and walks leaves in hash order. A batch ends only where the next leaf starts a
+/// new hash (bit 0 of its index hash clear), so a run of equal hashes spread over leaves
+/// is always listed, and sorted, within one batch.
+fn htree_list(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    cookie: u64,
+    at_least: usize,
+) -> FsResult<Vec<Listed>> {
+    let (info, _) = read_root(fs, ino, raw)?;
     let mut out = Vec::new();
     for (key, name, entry_ino) in [
         (0u64, &b"."[..], info.dot_inode),
@@ -310,8 +371,10 @@ fn htree_list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<
             });
         }
     }
+    let mut path = dx_find(fs, ino, raw, cookie_major(cookie))?;
     let mut rest = Vec::new();
-    for logical in leaves {
+    loop {
+        let logical = path.leaf();
         let (phys, bytes) = read_block(fs, ino, raw, logical)?;
         for e in parse_leaf(fs, ino, raw, phys, &bytes)? {
             if e.inode == 0 {
@@ -327,6 +390,11 @@ fn htree_list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<
                     next_cookie: key + 1,
                 });
             }
+        }
+        match dx_next(fs, ino, raw, &mut path)? {
+            None => break,
+            Some(next) if next & 1 == 0 && out.len() + rest.len() >= at_least => break,
+            Some(_) => {}
         }
     }
     rest.sort_by_key(|l| l.next_cookie);
@@ -614,69 +682,70 @@ fn htree_add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8) -> F
     )))
 }
 
-/// Fails (before anything changes) if a leaf split could not be indexed.
+/// Fails (before anything changes) if a leaf split could not be indexed: every level on
+/// the path is full and the tree already has as many levels as the file system allows.
 fn check_index_room(tx: &Tx, path: &DxPath) -> FsResult<()> {
     let bs = tx.fs.geo.block_size as usize;
     let root_limit = htree::limit(bs, ROOT_COUNT_OFFSET, tail(tx.fs));
     let node_limit = htree::limit(bs, NODE_COUNT_OFFSET, tail(tx.fs));
-    let node_full = path
-        .node
-        .as_ref()
-        .is_some_and(|(_, e, _)| e.len() >= node_limit);
+    let nodes_full = path.nodes.iter().all(|(_, e, _)| e.len() >= node_limit);
     let root_full = path.root.len() >= root_limit;
-    if (path.node.is_none() || node_full) && root_full && path.info.indirect_levels >= 1 {
-        return Err(FsError::NoSpace(
-            "directory index is full (large_dir is not supported)".into(),
-        ));
+    let max_levels = max_indirect_levels(tx.fs);
+    if nodes_full && root_full && path.info.indirect_levels >= max_levels {
+        return Err(FsError::NoSpace(format!(
+            "directory index is full ({} index levels{})",
+            max_levels + 1,
+            if tx.fs.large_dir {
+                ""
+            } else {
+                "; large_dir would allow one more"
+            }
+        )));
     }
     Ok(())
 }
 
-/// Adds an index entry after the path's current slot, growing or splitting as needed.
+/// Adds an index entry after the path's slot at its deepest level. A full node splits in
+/// two and passes the new half's entry up; a full root moves its entries into a new node
+/// below it, adding a level (the tree grows at the top, as ext4's does).
 fn dx_insert(tx: &mut Tx, ino: u32, path: &mut DxPath, entry: DxEntry) -> FsResult<()> {
     let bs = tx.fs.geo.block_size as usize;
     let root_limit = htree::limit(bs, ROOT_COUNT_OFFSET, tail(tx.fs));
     let node_limit = htree::limit(bs, NODE_COUNT_OFFSET, tail(tx.fs));
     let raw = tx.raw_inode(ino)?;
     let (root_phys, _) = read_block(tx.fs, ino, &raw, 0)?;
-    match &mut path.node {
-        None => {
-            path.root.insert(path.root_slot + 1, entry);
-            if path.root.len() <= root_limit {
-                return write_root(tx, ino, root_phys, &path.info, &path.root);
-            }
-            // Grow: the root's entries move into a node; the root indexes that node.
-            let (node_logical, _) = append_block(tx, ino)?;
-            write_node(tx, ino, node_logical, &path.root)?;
-            path.info.indirect_levels = 1;
-            path.root = vec![DxEntry {
-                hash: 0,
-                block: node_logical,
-            }];
-            write_root(tx, ino, root_phys, &path.info, &path.root)
+    let mut entry = entry;
+    while let Some((node_logical, mut entries, slot)) = path.nodes.pop() {
+        entries.insert(slot + 1, entry);
+        if entries.len() <= node_limit {
+            return write_node(tx, ino, node_logical, &entries);
         }
-        Some((node_logical, entries, slot)) => {
-            entries.insert(*slot + 1, entry);
-            if entries.len() <= node_limit {
-                return write_node(tx, ino, *node_logical, entries);
-            }
-            let moved = entries.split_off(entries.len() / 2);
-            let node_logical = *node_logical;
-            let kept = std::mem::take(entries);
-            let (new_node, _) = append_block(tx, ino)?;
-            write_node(tx, ino, node_logical, &kept)?;
-            write_node(tx, ino, new_node, &moved)?;
-            path.root.insert(
-                path.root_slot + 1,
-                DxEntry {
-                    hash: moved[0].hash,
-                    block: new_node,
-                },
-            );
-            debug_assert!(path.root.len() <= root_limit, "check_index_room ran first");
-            write_root(tx, ino, root_phys, &path.info, &path.root)
-        }
+        let moved = entries.split_off(entries.len() / 2);
+        let (new_node, _) = append_block(tx, ino)?;
+        write_node(tx, ino, node_logical, &entries)?;
+        write_node(tx, ino, new_node, &moved)?;
+        entry = DxEntry {
+            hash: moved[0].hash,
+            block: new_node,
+        };
     }
+    path.root.insert(path.root_slot + 1, entry);
+    if path.root.len() <= root_limit {
+        return write_root(tx, ino, root_phys, &path.info, &path.root);
+    }
+    assert!(
+        path.info.indirect_levels < max_indirect_levels(tx.fs),
+        "check_index_room ran first"
+    );
+    debug_assert!(root_limit < node_limit, "a root's entries fit one node");
+    let (node_logical, _) = append_block(tx, ino)?;
+    write_node(tx, ino, node_logical, &path.root)?;
+    path.info.indirect_levels += 1;
+    path.root = vec![DxEntry {
+        hash: 0,
+        block: node_logical,
+    }];
+    write_root(tx, ino, root_phys, &path.info, &path.root)
 }
 
 /// Removes `name` from directory `ino`; returns what it named.

@@ -14,12 +14,11 @@
 //!
 //! Every problem is reported with what and where; nothing is repaired.
 
-use crate::alloc::metadata_in_group;
 use crate::blockmap;
 use crate::dir;
 use crate::error::{FsError, FsResult};
 use crate::format::bitmap::{self, BitmapKind};
-use crate::format::group_desc::{FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT};
+use crate::format::group_desc::{GroupCsum, GroupDesc, FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT};
 use crate::format::inode::{flags, Inode};
 use crate::format::superblock::features;
 use crate::format::xattr;
@@ -30,11 +29,14 @@ use crate::state::{FsInner, FsState};
 use crate::types::{FileKind, ROOT_INO};
 use crate::{Fs, MountOptions};
 use jext_device::{BlockDevice, OverlayDevice};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 const RESIZE_INO: u32 = 7;
 const DIND_SLOT: usize = 13;
+/// Inode-table blocks pass 1 reads at once (1 MiB of 4 KiB blocks): few, large,
+/// sequential reads, as e2fsck's inode scan makes.
+const TABLE_RUN_BLOCKS: u32 = 256;
 
 /// What the check found.
 #[derive(Clone, Debug, Default)]
@@ -106,9 +108,15 @@ struct Checker<'a> {
     report: &'a mut FsckReport,
     /// Blocks in use, one bit each.
     claimed: Vec<u64>,
-    inodes: BTreeMap<u32, InodeFacts>,
+    inodes: HashMap<u32, InodeFacts>,
+    /// Per group: inodes in use and directories among them, counted in pass 1.
+    group_counts: Vec<(u32, u32)>,
     xattr_users: HashMap<u64, u32>,
     xattr_refcounts: HashMap<u64, u32>,
+    /// Every group's descriptor, read once (`None`: unreadable, reported by group).
+    descs: Vec<Option<GroupDesc>>,
+    /// Every group's metadata block ranges `[start, end)`, computed once from `descs`.
+    metadata: Vec<Vec<(u64, u64)>>,
 }
 
 impl<'a> Checker<'a> {
@@ -119,9 +127,12 @@ impl<'a> Checker<'a> {
             st,
             report,
             claimed: vec![0; blocks.div_ceil(64) as usize],
-            inodes: BTreeMap::new(),
+            inodes: HashMap::new(),
+            group_counts: vec![(0, 0); fs.geo.group_count as usize],
             xattr_users: HashMap::new(),
             xattr_refcounts: HashMap::new(),
+            descs: Vec::new(),
+            metadata: Vec::new(),
         }
     }
 
@@ -141,7 +152,9 @@ impl<'a> Checker<'a> {
                 self.st.orphans.len()
             ));
         }
-        self.claim_fs_metadata()?;
+        self.read_descriptors();
+        self.pass0_group_flags();
+        self.claim_fs_metadata();
         self.pass1_inodes()?;
         let names = self.pass2_directories();
         self.pass3_connectivity(&names);
@@ -187,49 +200,194 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn claim_fs_metadata(&mut self) -> FsResult<()> {
-        for g in 0..self.fs.geo.group_count {
-            for (s, e) in metadata_in_group(self.fs, g)? {
+    /// Reads every group descriptor once; passes below look them up by group.
+    fn read_descriptors(&mut self) {
+        let count = self.fs.geo.group_count;
+        let mut descs = Vec::with_capacity(count as usize);
+        for g in 0..count {
+            match read_desc(self.fs, g) {
+                Ok(d) => descs.push(Some(d)),
+                Err(e) => {
+                    self.problem(format!("group {g}: {e}"));
+                    descs.push(None);
+                }
+            }
+        }
+        self.descs = descs;
+    }
+
+    /// The uninitialised-group flags' own consistency, as e2fsck's pass 0 checks them:
+    /// flags without a group checksum feature (PR_0_GDT_UNINIT, a note: e2fsck -n exits 0
+    /// on it alone), the last group's block
+    /// bitmap marked uninitialised (PR_0_BB_UNINIT_LAST), and an unused inode count larger
+    /// than the group's free inodes or inodes (PR_0_GDT_ITABLE_UNUSED, a note: e2fsck -n
+    /// exits 0 on it alone).
+    fn pass0_group_flags(&mut self) {
+        let geo = self.fs.geo.clone();
+        let has_csum = !matches!(self.fs.group_csum, GroupCsum::None);
+        for g in 0..geo.group_count {
+            let Some(desc) = self.descs[g as usize] else {
+                continue;
+            };
+            let uninit = desc.has_flag(FLAG_BLOCK_UNINIT) || desc.has_flag(FLAG_INODE_UNINIT);
+            if !has_csum && (uninit || desc.itable_unused != 0) {
+                // e2fsck -n reports this and exits 0: without a group checksum the flags
+                // are ignored (by libext2fs and by `uninit` below), so nothing is lost.
+                self.report.notes.push(format!(
+                    "group {g}: marked uninitialized (flags {:#x}, itable_unused {}) \
+                     without a group checksum feature",
+                    desc.flags, desc.itable_unused
+                ));
+            }
+            if g + 1 == geo.group_count && self.uninit(&desc, FLAG_BLOCK_UNINIT) {
+                self.problem(format!(
+                    "group {g}: the last group's block bitmap is marked uninitialized"
+                ));
+            }
+            if has_csum
+                && (desc.itable_unused > desc.free_inodes
+                    || desc.itable_unused > geo.inodes_per_group)
+            {
+                // e2fsck -n reports this and still exits 0: its scan reads none of the
+                // group's records, as `trusted_inodes` does, and later passes judge that.
+                self.report.notes.push(format!(
+                    "group {g}: itable_unused {} is more than its free inodes ({}) or \
+                     inodes per group ({})",
+                    desc.itable_unused, desc.free_inodes, geo.inodes_per_group
+                ));
+            }
+        }
+    }
+
+    /// Whether `desc` carries `flag` as libext2fs reads it: the uninit flags count only
+    /// with a group checksum feature.
+    fn uninit(&self, desc: &GroupDesc, flag: u16) -> bool {
+        !matches!(self.fs.group_csum, GroupCsum::None) && desc.has_flag(flag)
+    }
+
+    /// The inodes of group `g` whose records can be trusted: none when INODE_UNINIT, else
+    /// all but the unused tail (with group checksums; e2fsck skips the same).
+    fn trusted_inodes(&self, desc: &GroupDesc) -> u32 {
+        let ipg = self.fs.geo.inodes_per_group;
+        if matches!(self.fs.group_csum, GroupCsum::None) {
+            ipg
+        } else if desc.has_flag(FLAG_INODE_UNINIT) {
+            0
+        } else {
+            ipg.saturating_sub(desc.itable_unused)
+        }
+    }
+
+    /// Claims every group's superblock area, bitmaps and inode table, from one pass over
+    /// the descriptors (a range crossing groups is split between them).
+    fn claim_fs_metadata(&mut self) {
+        let geo = self.fs.geo.clone();
+        let mut metadata: Vec<Vec<(u64, u64)>> = (0..geo.group_count)
+            .map(|g| {
+                let first = geo.group_first_block(g);
+                vec![(first, first + u64::from(geo.superblock_area_blocks(g)))]
+            })
+            .collect();
+        let table_blocks = u64::from(geo.inode_table_blocks());
+        let mut outside = Vec::new();
+        for desc in self.descs.iter().flatten() {
+            for (start, len) in [
+                (desc.block_bitmap, 1),
+                (desc.inode_bitmap, 1),
+                (desc.inode_table, table_blocks),
+            ] {
+                let end = start.saturating_add(len);
+                if start < geo.first_data_block || end > geo.blocks_count {
+                    // Claimed below, where it is reported as outside the file system.
+                    outside.push((start, len));
+                    continue;
+                }
+                let mut at = start;
+                while at < end {
+                    let g = geo.group_of_block(at);
+                    let group_end = geo.group_first_block(g) + u64::from(geo.blocks_in_group(g));
+                    let piece_end = end.min(group_end);
+                    metadata[g as usize].push((at, piece_end));
+                    at = piece_end;
+                }
+            }
+        }
+        for (start, len) in outside {
+            self.claim(start, len, "group metadata");
+        }
+        for (g, ranges) in metadata.iter().enumerate() {
+            for &(s, e) in ranges {
                 self.claim(s, e - s, &format!("group {g} metadata"));
             }
         }
-        Ok(())
+        self.metadata = metadata;
     }
 
+    /// Pass 1 reads each group's trusted inode records in large sequential runs, and
+    /// only the runs that hold an inode the bitmap says is in use.
     fn pass1_inodes(&mut self) -> FsResult<()> {
         let geo = self.fs.geo.clone();
-        let csum = self.fs.csum_seed.is_some();
+        let inode_size = geo.inode_size;
+        let per_block = geo.block_size / inode_size;
         for g in 0..geo.group_count {
-            let desc = match read_desc(self.fs, g) {
-                Ok(d) => d,
+            let Some(desc) = self.descs[g as usize] else {
+                continue;
+            };
+            if self.uninit(&desc, FLAG_INODE_UNINIT) {
+                continue;
+            }
+            let bitmap_bytes = match self.fs.cache.get(desc.inode_bitmap) {
+                Ok(buf) => buf.bytes().to_vec(),
                 Err(e) => {
-                    self.problem(format!("group {g}: {e}"));
+                    self.problem(format!(
+                        "group {g}: cannot read inode bitmap block {}: {e}",
+                        desc.inode_bitmap
+                    ));
                     continue;
                 }
             };
-            let bitmap_bytes = if desc.has_flag(FLAG_INODE_UNINIT) {
-                vec![0u8; geo.block_size as usize]
-            } else {
-                self.fs.cache.get(desc.inode_bitmap)?.bytes().to_vec()
-            };
-            let trusted = if csum {
-                geo.inodes_per_group - desc.itable_unused
-            } else {
-                geo.inodes_per_group
-            };
-            for i in 0..geo.inodes_per_group {
-                if !bitmap::test_bit(&bitmap_bytes, i) {
-                    continue;
-                }
+            let trusted = self.trusted_inodes(&desc);
+            for i in (trusted..geo.inodes_per_group).filter(|&i| bitmap::test_bit(&bitmap_bytes, i))
+            {
                 let ino = g * geo.inodes_per_group + i + 1;
-                if i >= trusted {
-                    self.problem(format!("inode {ino}: in use but past the group's used inode table (itable_unused {})", desc.itable_unused));
-                    continue;
+                self.problem(format!(
+                    "inode {ino}: in use but in group {g}'s unused inode-table tail \
+                     (itable_unused {})",
+                    desc.itable_unused
+                ));
+            }
+            let run_inodes = TABLE_RUN_BLOCKS * per_block;
+            let mut run_start = 0;
+            while run_start < trusted {
+                let run_end = (run_start + run_inodes).min(trusted);
+                let used: Vec<u32> = (run_start..run_end)
+                    .filter(|&i| bitmap::test_bit(&bitmap_bytes, i))
+                    .collect();
+                if !used.is_empty() {
+                    let first_block = desc.inode_table + u64::from(run_start / per_block);
+                    let blocks = (run_end - run_start).div_ceil(per_block);
+                    let table = match self.read_run(first_block, blocks) {
+                        Ok(table) => table,
+                        Err(e) => {
+                            self.problem(format!(
+                                "group {g}: cannot read inode table blocks {first_block}..{}: {e}",
+                                first_block + u64::from(blocks)
+                            ));
+                            run_start = run_end;
+                            continue;
+                        }
+                    };
+                    for i in used {
+                        let ino = g * geo.inodes_per_group + i + 1;
+                        let at = ((i - run_start) * inode_size) as usize;
+                        let bytes = &table[at..at + inode_size as usize];
+                        match Inode::decode(bytes, ino, self.fs.csum_seed) {
+                            Ok(raw) => self.check_inode(ino, &raw),
+                            Err(e) => self.problem(format!("inode {ino}: {e}")),
+                        }
+                    }
                 }
-                match read_record(self.fs, self.st, ino) {
-                    Ok(raw) => self.check_inode(ino, &raw),
-                    Err(e) => self.problem(format!("inode {ino}: {e}")),
-                }
+                run_start = run_end;
             }
         }
         for (&block, &users) in &self.xattr_users.clone() {
@@ -241,6 +399,54 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// `blocks` blocks from `first` in one device read; a block the cache or the journal
+    /// holds newer bytes of is taken from there, as a cached read would.
+    fn read_run(&self, first: u64, blocks: u32) -> FsResult<Vec<u8>> {
+        let bs = self.fs.geo.block_size as usize;
+        if first.saturating_add(u64::from(blocks)) > self.fs.geo.blocks_count {
+            return Err(FsError::Inconsistent(format!(
+                "blocks {first}..{} run past the end of the file system ({} blocks)",
+                first.saturating_add(u64::from(blocks)),
+                self.fs.geo.blocks_count
+            )));
+        }
+        let mut bytes = vec![0u8; blocks as usize * bs];
+        self.fs.io.read(first * bs as u64, &mut bytes)?;
+        for (i, chunk) in bytes.chunks_mut(bs).enumerate() {
+            let block = first + i as u64;
+            if let Some(buf) = self.fs.cache.peek(block) {
+                chunk.copy_from_slice(&buf.bytes());
+            } else if let Some(copy) = self.fs.journal.committed_copy(block) {
+                chunk.copy_from_slice(&copy);
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// Why an entry naming `ino` is wrong when its group says the inode was never used:
+    /// e2fsck's PR_2_INOREF_BG_INO_UNINIT and PR_2_INOREF_IN_UNUSED.
+    fn never_used(&self, ino: u32) -> Option<String> {
+        if ino == 0 || ino > self.fs.geo.inodes_count {
+            return None;
+        }
+        let (g, index) = self.fs.geo.inode_position(ino);
+        let desc = self.descs.get(g as usize)?.as_ref()?;
+        if matches!(self.fs.group_csum, GroupCsum::None) {
+            None
+        } else if desc.has_flag(FLAG_INODE_UNINIT) {
+            Some(format!(
+                "inode {ino} in group {g}, whose inodes are marked uninitialized (INODE_UNINIT)"
+            ))
+        } else if index >= self.trusted_inodes(desc) {
+            Some(format!(
+                "inode {ino} in group {g}'s unused inode-table tail (itable_unused {})",
+                desc.itable_unused
+            ))
+        } else {
+            None
+        }
     }
 
     fn check_inode(&mut self, ino: u32, raw: &Inode) {
@@ -315,6 +521,10 @@ impl<'a> Checker<'a> {
                 "{owner}: i_blocks says {counted} blocks, counted {blocks}"
             ));
         }
+        let (group, _) = self.fs.geo.inode_position(ino);
+        let counts = &mut self.group_counts[group as usize];
+        counts.0 += 1;
+        counts.1 += u32::from(kind == Some(FileKind::Directory));
         self.inodes.insert(
             ino,
             InodeFacts {
@@ -431,6 +641,8 @@ impl<'a> Checker<'a> {
             .filter(|(_, f)| f.kind == Some(FileKind::Directory))
             .map(|(i, _)| *i)
             .collect();
+        let mut dirs = dirs;
+        dirs.sort_unstable();
         let mut names = Vec::new();
         for d in dirs {
             let raw = match read_record(self.fs, self.st, d) {
@@ -446,7 +658,7 @@ impl<'a> Checker<'a> {
             };
             let mut dot = false;
             for l in listed {
-                let shown = String::from_utf8_lossy(&l.name).into_owned();
+                let shown = || String::from_utf8_lossy(&l.name).into_owned();
                 if l.name == b"." {
                     dot = true;
                     if l.ino != d {
@@ -455,16 +667,25 @@ impl<'a> Checker<'a> {
                     continue;
                 }
                 match self.inodes.get(&l.ino) {
-                    None => self.problem(format!(
-                        "directory {d}: entry {shown:?} names inode {}, which is not in use",
-                        l.ino
-                    )),
+                    None => match self.never_used(l.ino) {
+                        Some(why) => {
+                            self.problem(format!("directory {d}: entry {:?} names {why}", shown()))
+                        }
+                        None => self.problem(format!(
+                            "directory {d}: entry {:?} names inode {}, which is not in use",
+                            shown(),
+                            l.ino
+                        )),
+                    },
                     Some(f) => {
                         let expected = f.kind.map(|k| k.dirent_type());
                         if self.fs.filetype && l.file_type != 0 && expected != Some(l.file_type) {
                             self.problem(format!(
-                                "directory {d}: entry {shown:?} has type {} but inode {} is {:?}",
-                                l.file_type, l.ino, f.kind
+                                "directory {d}: entry {:?} has type {} but inode {} is {:?}",
+                                shown(),
+                                l.file_type,
+                                l.ino,
+                                f.kind
                             ));
                         }
                     }
@@ -499,6 +720,8 @@ impl<'a> Checker<'a> {
             .filter(|(_, f)| f.kind == Some(FileKind::Directory))
             .map(|(i, _)| *i)
             .collect();
+        let mut dirs = dirs;
+        dirs.sort_unstable();
         for d in dirs {
             let expected_parent = if d == ROOT_INO {
                 if parents.contains_key(&d) {
@@ -558,6 +781,8 @@ impl<'a> Checker<'a> {
             })
             .map(|(i, _)| *i)
             .collect();
+        let mut unreachable = unreachable;
+        unreachable.sort_unstable();
         for d in unreachable {
             if parents.contains_key(&d) {
                 self.problem(format!(
@@ -590,6 +815,8 @@ impl<'a> Checker<'a> {
             .iter()
             .map(|(i, f)| (*i, f.kind, f.links))
             .collect();
+        let mut checks = checks;
+        checks.sort_unstable_by_key(|c| c.0);
         for (ino, kind, links) in checks {
             if ino < first_ino && ino != ROOT_INO {
                 continue;
@@ -619,19 +846,40 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The claimed bits of `[first, first + bits)` as a bitmap block's bytes (whole
+    /// words at a time when the range starts on a word).
+    fn claimed_bitmap(&self, first: u64, bits: u32) -> Vec<u8> {
+        let mut out = vec![0u8; (bits as usize).div_ceil(8)];
+        if first.is_multiple_of(64) {
+            let words = &self.claimed[(first / 64) as usize..];
+            for (chunk, word) in out.chunks_mut(8).zip(words) {
+                chunk.copy_from_slice(&word.to_le_bytes()[..chunk.len()]);
+            }
+            if !bits.is_multiple_of(8) {
+                let last = out.len() - 1;
+                out[last] &= (1u8 << (bits % 8)) - 1;
+            }
+        } else {
+            for i in 0..bits {
+                if self.is_claimed(first + u64::from(i)) {
+                    bitmap::set_bit(&mut out, i);
+                }
+            }
+        }
+        out
+    }
+
     fn pass5_groups(&mut self) -> FsResult<()> {
         let geo = self.fs.geo.clone();
         let seed = self.fs.csum_seed;
         for g in 0..geo.group_count {
-            let desc = match read_desc(self.fs, g) {
-                Ok(d) => d,
-                Err(_) => continue,
+            let Some(desc) = self.descs[g as usize] else {
+                continue;
             };
             let first = geo.group_first_block(g);
             let in_group = geo.blocks_in_group(g);
-            let used = (first..first + u64::from(in_group))
-                .filter(|&b| self.is_claimed(b))
-                .count() as u32;
+            let claimed = self.claimed_bitmap(first, in_group);
+            let used = bitmap::count_set(&claimed, in_group);
             if desc.free_blocks != in_group - used {
                 self.problem(format!(
                     "group {g}: free block count {}, counted {}",
@@ -639,24 +887,36 @@ impl<'a> Checker<'a> {
                     in_group - used
                 ));
             }
-            if desc.has_flag(FLAG_BLOCK_UNINIT) {
-                let layout: u64 = metadata_in_group(self.fs, g)?
-                    .iter()
-                    .map(|(s, e)| e - s)
-                    .sum();
+            if self.uninit(&desc, FLAG_BLOCK_UNINIT) {
+                let layout: u64 = self.metadata[g as usize].iter().map(|(s, e)| e - s).sum();
                 if u64::from(used) != layout {
-                    self.problem(format!("group {g}: marked uninitialized but {} blocks beyond its metadata are in use", u64::from(used) - layout.min(u64::from(used))));
+                    self.problem(format!(
+                        "group {g}: marked uninitialized but {} blocks beyond its metadata \
+                         are in use",
+                        u64::from(used) - layout.min(u64::from(used))
+                    ));
                 }
             } else {
                 let bytes = self.fs.cache.get(desc.block_bitmap)?.bytes();
-                let wrong: Vec<u64> = (0..in_group)
-                    .filter(|&i| {
-                        bitmap::test_bit(&bytes, i) != self.is_claimed(first + u64::from(i))
-                    })
-                    .map(|i| first + u64::from(i))
-                    .collect();
-                if let Some(&b) = wrong.first() {
-                    self.problem(format!("group {g}: block bitmap differs from blocks in use at {} blocks, first {b}", wrong.len()));
+                let mut wrong = 0u64;
+                let mut first_wrong = None;
+                for (at, (&on_disk, &counted)) in bytes.iter().zip(&claimed).enumerate() {
+                    let mut differ = on_disk ^ counted;
+                    if (at + 1) * 8 > in_group as usize {
+                        differ &= (1u8 << (in_group % 8)) - 1;
+                    }
+                    if differ != 0 {
+                        wrong += u64::from(differ.count_ones());
+                        first_wrong.get_or_insert(
+                            first + at as u64 * 8 + u64::from(differ.trailing_zeros()),
+                        );
+                    }
+                }
+                if let Some(b) = first_wrong {
+                    self.problem(format!(
+                        "group {g}: block bitmap differs from blocks in use at {wrong} blocks, \
+                         first {b}"
+                    ));
                 }
                 if (in_group..geo.block_size * 8).any(|i| !bitmap::test_bit(&bytes, i)) {
                     self.problem(format!(
@@ -686,20 +946,10 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
-    fn check_inode_group(
-        &mut self,
-        g: u32,
-        desc: &crate::format::group_desc::GroupDesc,
-    ) -> FsResult<()> {
+    fn check_inode_group(&mut self, g: u32, desc: &GroupDesc) -> FsResult<()> {
         let geo = self.fs.geo.clone();
         let ipg = geo.inodes_per_group;
-        let range = g * ipg + 1..=(g + 1) * ipg;
-        let in_use = self.inodes.range(range.clone()).count() as u32;
-        let dirs = self
-            .inodes
-            .range(range)
-            .filter(|(_, f)| f.kind == Some(FileKind::Directory))
-            .count() as u32;
+        let (in_use, dirs) = self.group_counts[g as usize];
         if desc.free_inodes != ipg - in_use {
             self.problem(format!(
                 "group {g}: free inode count {}, counted {}",
@@ -713,7 +963,7 @@ impl<'a> Checker<'a> {
                 desc.used_dirs
             ));
         }
-        if desc.has_flag(FLAG_INODE_UNINIT) {
+        if self.uninit(desc, FLAG_INODE_UNINIT) {
             if in_use != 0 {
                 self.problem(format!(
                     "group {g}: inodes marked uninitialized but {in_use} are in use"

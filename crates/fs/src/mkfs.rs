@@ -91,6 +91,30 @@ fn default_journal_blocks(blocks: u64) -> Option<u32> {
     })
 }
 
+/// mke2fs.conf's inode ratio by size class: `small` below 512 MiB, the default below
+/// 4 TiB, `big` below 16 TiB, `huge` beyond.
+fn default_inode_ratio(size_bytes: u64) -> u32 {
+    match size_bytes {
+        s if s < 512 << 20 => 4096,
+        s if s < 4 << 40 => 16_384,
+        s if s < 16 << 40 => 32_768,
+        _ => 65_536,
+    }
+}
+
+/// The smallest device mkfs accepts.
+pub const MIN_SIZE_BYTES: u64 = 2 << 20;
+/// The largest device the default layout can number (4 KiB blocks, the `huge` inode
+/// ratio, no meta_bg): beyond it the group descriptors would take more than 3/4 of a
+/// group, where mke2fs turns to meta_bg, which jext does not make. 1,572,864 groups of
+/// 128 MiB (24,576 descriptor blocks).
+pub const MAX_SIZE_BYTES: u64 = 192 << 40;
+
+/// The sizes `mkfs` accepts, for argument parsers that want to say so up front.
+pub fn size_range_bytes() -> std::ops::RangeInclusive<u64> {
+    MIN_SIZE_BYTES..=MAX_SIZE_BYTES
+}
+
 /// Block ranges already taken, for placing metadata.
 struct Space {
     used: BTreeMap<u64, u64>,
@@ -238,16 +262,24 @@ fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<(Plan, Space)> {
     let reserved_gdt = growth_gdt
         .saturating_sub(gdt_blocks(groups))
         .min(u64::from(bs / 4)) as u32;
+    if gdt_blocks(groups) + u64::from(reserved_gdt) > u64::from(bpg) * 3 / 4 {
+        return Err(FsError::Invalid(format!(
+            "{groups} groups need {} descriptor blocks, more than 3/4 of a group \
+             (mke2fs would use meta_bg, which jext does not make); at most {} with \
+             {bs}-byte blocks",
+            gdt_blocks(groups),
+            crate::options::human_bytes(
+                u64::from(bpg) * 3 / 4 * u64::from(dpb) * u64::from(bpg) * u64::from(bs)
+            )
+        )));
+    }
     // A last group too small for its own metadata is dropped, as mke2fs does.
     let last = blocks - first_data - (groups - 1) * u64::from(bpg);
     if groups > 1 && last < 1 + gdt_blocks(groups) + u64::from(reserved_gdt) + 64 {
         blocks -= last;
         groups -= 1;
     }
-    let ratio = u64::from(
-        opts.inode_ratio
-            .unwrap_or(if small { 4096 } else { 16_384 }),
-    );
+    let ratio = u64::from(opts.inode_ratio.unwrap_or(default_inode_ratio(size_bytes)));
     let ipb = bs / INODE_SIZE;
     let wanted = (blocks * u64::from(bs) / ratio).max(u64::from(FIRST_INO) + 5);
     let mut ipg = wanted.div_ceil(groups).max(16) as u32;
@@ -328,9 +360,12 @@ fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<(Plan, Space)> {
 /// Makes an ext4 file system on `device`.
 pub fn mkfs(device: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> FsResult<MkfsReport> {
     let size = device.size_bytes();
-    if size < 2 << 20 {
+    if !size_range_bytes().contains(&size) {
         return Err(FsError::Invalid(format!(
-            "a device of {size} bytes is too small (2 MiB at least)"
+            "a device of {} is outside what mkfs makes ({} to {})",
+            crate::options::human_bytes(size),
+            crate::options::human_bytes(MIN_SIZE_BYTES),
+            crate::options::human_bytes(MAX_SIZE_BYTES)
         )));
     }
     let (p, mut space) = plan(size, opts)?;
@@ -743,4 +778,31 @@ fn zero_journal(io: &IoQueue, geo: &Geometry, start: u64, blocks: u32) -> FsResu
         block += n;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_size_range_is_exactly_what_the_layout_can_number() {
+        let opts = MkfsOptions::default();
+        let (p, _) = plan(MAX_SIZE_BYTES, &opts).expect("the largest size plans");
+        assert_eq!(p.geo.block_size, 4096);
+        assert!(u64::from(p.geo.gdt_blocks()) <= u64::from(p.geo.blocks_per_group) * 3 / 4);
+        let over = match plan(MAX_SIZE_BYTES + (128 << 20), &opts) {
+            Ok(_) => panic!("one group more than the maximum was planned"),
+            Err(e) => e.to_string(),
+        };
+        assert!(over.contains("meta_bg"), "{over}");
+        plan(MIN_SIZE_BYTES, &opts).expect("the smallest size plans");
+    }
+
+    #[test]
+    fn inode_ratio_follows_mke2fs_size_classes() {
+        assert_eq!(default_inode_ratio(64 << 20), 4096);
+        assert_eq!(default_inode_ratio(1 << 40), 16_384);
+        assert_eq!(default_inode_ratio(4 << 40), 32_768);
+        assert_eq!(default_inode_ratio(16 << 40), 65_536);
+    }
 }

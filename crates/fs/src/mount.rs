@@ -250,6 +250,7 @@ pub(crate) fn mount(
         hash_unsigned: sb.flags() & FLAG_UNSIGNED_HASH != 0,
         hash_seed: sb.hash_seed(),
         dir_index: sb.has_compat(features::COMPAT_DIR_INDEX),
+        large_dir: sb.has_large_dir(),
         filetype: sb.has_incompat(features::INCOMPAT_FILETYPE),
         read_only: AtomicBool::new(options.read_only),
         geo,

@@ -5,6 +5,7 @@
 
 use crate::error::{FsError, FsResult};
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::str::FromStr;
 
 /// What the journal carries besides metadata (ext4 `data=`).
@@ -203,19 +204,101 @@ impl MountOptions {
     }
 }
 
-/// Parses `512M`, `1G`, `65536` (bytes) into bytes.
+/// Parses a `cache_size=` style size (see [`parse_size_in`]) into bytes, from 1 byte up.
 pub fn parse_size(name: &str, text: &str) -> FsResult<usize> {
-    let bad = || FsError::Invalid(format!("{name}={text}: expected a size like 256M or 1G"));
-    let (digits, shift) = match text.chars().last() {
-        Some('K' | 'k') => (&text[..text.len() - 1], 10),
-        Some('M' | 'm') => (&text[..text.len() - 1], 20),
-        Some('G' | 'g') => (&text[..text.len() - 1], 30),
-        _ => (text, 0),
+    let max = u64::try_from(usize::MAX).unwrap_or(u64::MAX);
+    let bytes = parse_size_in(name, text, 1..=max)?;
+    usize::try_from(bytes).map_err(|_| out_of_range(name, text, &(1..=max)))
+}
+
+/// Parses a size: a whole number of bytes, optionally followed by one of the binary units
+/// K, M, G, T, P (powers of 1024, any case), each also spelled KiB, MiB, GiB, TiB, PiB,
+/// or a plain `B` for bytes: `65536`, `512K`, `256MiB`, `1T`, `4096B`. `GB` and the like
+/// are refused rather than guessed at (decimal or binary?). A value outside `range` is
+/// refused with a message giving the range.
+pub fn parse_size_in(name: &str, text: &str, range: RangeInclusive<u64>) -> FsResult<u64> {
+    let bad = || {
+        FsError::Invalid(format!(
+            "{name}={text}: expected a whole number of bytes with an optional unit K, M, G, T \
+             or P (binary, also written KiB ... PiB), like 256M or 1TiB; valid: {}",
+            describe_range(&range)
+        ))
     };
-    let n: usize = digits.parse().map_err(|_| bad())?;
-    n.checked_shl(shift)
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(bad());
+    }
+    let shift = unit_shift(unit).ok_or_else(bad)?;
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| out_of_range(name, text, &range))?;
+    let bytes = n
+        .checked_shl(shift)
         .filter(|v| v >> shift == n)
-        .ok_or_else(bad)
+        .ok_or_else(|| out_of_range(name, text, &range))?;
+    if !range.contains(&bytes) {
+        return Err(out_of_range(name, text, &range));
+    }
+    Ok(bytes)
+}
+
+/// The power of two a unit suffix stands for; `None` for anything that is not a unit.
+fn unit_shift(unit: &str) -> Option<u32> {
+    let lower = unit.to_ascii_lowercase();
+    let (letter, rest) = match lower.as_bytes() {
+        [] => return Some(0),
+        [b'b'] => return Some(0),
+        [letter, rest @ ..] => (*letter, rest),
+    };
+    if !matches!(rest, b"" | b"ib") {
+        return None;
+    }
+    match letter {
+        b'k' => Some(10),
+        b'm' => Some(20),
+        b'g' => Some(30),
+        b't' => Some(40),
+        b'p' => Some(50),
+        _ => None,
+    }
+}
+
+fn out_of_range(name: &str, text: &str, range: &RangeInclusive<u64>) -> FsError {
+    FsError::Invalid(format!(
+        "{name}={text}: out of range; valid: {}",
+        describe_range(range)
+    ))
+}
+
+fn describe_range(range: &RangeInclusive<u64>) -> String {
+    format!(
+        "{} to {}",
+        human_bytes(*range.start()),
+        human_bytes(*range.end())
+    )
+}
+
+/// `2097152` as `2 MiB`; a size that is not a whole number of a unit keeps its bytes
+/// beside the nearest unit (`1.5 KiB (1536 bytes)`), so a range is never misstated.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let step = (0..UNITS.len())
+        .rev()
+        .find(|&i| bytes >> (10 * i) > 0)
+        .unwrap_or(0);
+    if step == 0 {
+        return format!("{bytes} bytes");
+    }
+    let whole = bytes >> (10 * step);
+    if whole << (10 * step) == bytes {
+        format!("{whole} {}", UNITS[step])
+    } else {
+        let approx = bytes as f64 / (1u64 << (10 * step)) as f64;
+        format!("{approx:.2} {} ({bytes} bytes)", UNITS[step])
+    }
 }
 
 #[cfg(test)]
@@ -249,5 +332,70 @@ mod tests {
             let err = MountOptions::parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn sizes_take_every_binary_unit_with_and_without_ib() {
+        let all = 0..=u64::MAX;
+        for (text, want) in [
+            ("65536", 65_536u64),
+            ("4096B", 4096),
+            ("4096b", 4096),
+            ("512K", 512 << 10),
+            ("512k", 512 << 10),
+            ("512KiB", 512 << 10),
+            ("256M", 256 << 20),
+            ("256MiB", 256 << 20),
+            ("256mib", 256 << 20),
+            ("1G", 1 << 30),
+            ("1GiB", 1 << 30),
+            ("1T", 1 << 40),
+            ("1TiB", 1 << 40),
+            ("3t", 3 << 40),
+            ("1P", 1 << 50),
+            ("2PiB", 2 << 50),
+            ("0", 0),
+        ] {
+            assert_eq!(
+                parse_size_in("--size", text, all.clone()).unwrap(),
+                want,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn sizes_refuse_garbage_and_say_the_range() {
+        let range = (2u64 << 20)..=(1u64 << 40);
+        for text in [
+            "", "G", "1X", "1GB", "1 G", "-1G", "1.5G", "1Gi", "1GiBs", "1iB", "0x10",
+        ] {
+            let err = parse_size_in("--size", text, range.clone())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&format!("--size={text}")), "{text}: {err}");
+            assert!(err.contains("2 MiB to 1 TiB"), "{text}: {err}");
+        }
+        for text in ["1M", "2T", "1P", "99999999999999999999", "20000000P"] {
+            let err = parse_size_in("--size", text, range.clone())
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("out of range"), "{text}: {err}");
+            assert!(err.contains("2 MiB to 1 TiB"), "{text}: {err}");
+        }
+        assert_eq!(
+            parse_size_in("--size", "2M", range.clone()).unwrap(),
+            2 << 20
+        );
+        assert_eq!(parse_size_in("--size", "1T", range).unwrap(), 1 << 40);
+    }
+
+    #[test]
+    fn human_bytes_never_misstates() {
+        assert_eq!(human_bytes(0), "0 bytes");
+        assert_eq!(human_bytes(1023), "1023 bytes");
+        assert_eq!(human_bytes(2 << 20), "2 MiB");
+        assert_eq!(human_bytes(1 << 50), "1 PiB");
+        assert_eq!(human_bytes(1536), "1.50 KiB (1536 bytes)");
     }
 }

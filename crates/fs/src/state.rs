@@ -35,6 +35,8 @@ pub(crate) struct FsInner {
     pub hash_unsigned: bool,
     pub hash_seed: [u32; 4],
     pub dir_index: bool,
+    /// `large_dir`: htrees may have a third index level (and directories pass 2 GiB).
+    pub large_dir: bool,
     /// Directory entries carry the file type (`filetype` feature).
     pub filetype: bool,
     /// Changes are refused (`ro`, or a remount to `ro`); starts as `options.read_only`.

@@ -16,6 +16,9 @@
 //!        crc32c_raw(inode_seed, block[..count_offset + 8 * count] ‖ dt_reserved ‖ 0u32)
 //! ```
 //!
+//! `indirect_levels` is at most 1 (root, nodes, leaves: depth 2), or 2 with `large_dir`
+//! (root, two levels of nodes, leaves: depth 3).
+//!
 //! Entry `i` says: names whose hash is at least `hash[i]` (and below `hash[i+1]`) live in
 //! the subtree at logical directory block `block[i]`. Bit 0 of a hash marks that a
 //! collision run continues from the previous leaf.
@@ -41,6 +44,8 @@ const ENTRY: usize = 8;
 const TAIL: usize = 8;
 /// Levels of index below the root that ext4 allows without `large_dir`.
 pub const MAX_INDIRECT_LEVELS: u8 = 1;
+/// Levels of index below the root that ext4 allows with `large_dir` (a tree of depth 3).
+pub const MAX_INDIRECT_LEVELS_LARGE_DIR: u8 = 2;
 
 /// One index entry. Entry 0's hash is implicit (0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,10 +127,21 @@ fn write_entries(block: &mut [u8], count_offset: usize, entries: &[DxEntry], wit
     }
 }
 
-/// Decodes a root block.
+/// Decodes a root block of a file system without `large_dir`.
 pub fn decode_root(
     block: &[u8],
     with_tail: bool,
+    location: Location,
+) -> Result<(DxRootInfo, Vec<DxEntry>), FormatError> {
+    decode_root_with_levels(block, with_tail, MAX_INDIRECT_LEVELS, location)
+}
+
+/// Decodes a root block whose tree may have up to `max_indirect_levels` levels of nodes
+/// below it ([`MAX_INDIRECT_LEVELS_LARGE_DIR`] with `large_dir`).
+pub fn decode_root_with_levels(
+    block: &[u8],
+    with_tail: bool,
+    max_indirect_levels: u8,
     location: Location,
 ) -> Result<(DxRootInfo, Vec<DxEntry>), FormatError> {
     let err = |p: String| FormatError::new("htree root", location, p);
@@ -161,10 +177,15 @@ pub fn decode_root(
         hash_version: block[0x1C],
         indirect_levels: block[0x1E],
     };
-    if info.indirect_levels > MAX_INDIRECT_LEVELS {
+    if info.indirect_levels > max_indirect_levels {
         return Err(err(format!(
-            "{} indirect levels (at most {MAX_INDIRECT_LEVELS} without large_dir)",
-            info.indirect_levels
+            "{} indirect levels (at most {max_indirect_levels}{})",
+            info.indirect_levels,
+            if max_indirect_levels < MAX_INDIRECT_LEVELS_LARGE_DIR {
+                " without large_dir"
+            } else {
+                ""
+            }
         )));
     }
     Ok((

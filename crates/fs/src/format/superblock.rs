@@ -185,7 +185,8 @@ pub mod features {
         | INCOMPAT_EXTENTS
         | INCOMPAT_64BIT
         | INCOMPAT_FLEX_BG
-        | INCOMPAT_CSUM_SEED;
+        | INCOMPAT_CSUM_SEED
+        | INCOMPAT_LARGEDIR;
     /// Ro-compat features jext can write; any other set bit allows read-only use only.
     pub const RO_COMPAT_SUPPORTED: u32 = RO_COMPAT_SPARSE_SUPER
         | RO_COMPAT_LARGE_FILE

@@ -11,6 +11,7 @@ pub mod experiments;
 pub mod plot;
 pub mod report;
 pub mod rig;
+pub mod scale;
 pub mod stats;
 pub mod systems;
 

@@ -43,6 +43,9 @@ pub fn run(args: Args) -> i32 {
 }
 
 fn bench_command(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    if args.experiment == "scale" {
+        return scale_command(&args);
+    }
     let experiments = Experiment::parse(&args.experiment)?;
     let mut opts = if args.quick {
         BenchOptions::quick(experiments.clone(), args.dir.clone())
@@ -151,4 +154,44 @@ fn header_markdown(h: &serde_json::Value) -> String {
         h["varmail_cycles_per_thread"],
         h["io_order_writes"],
     )
+}
+
+/// `jext bench scale`: its own curves (see `bench::scale`), written as report.md.
+fn scale_command(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let mut opts = bench::scale::ScaleOptions::new(args.dir.clone(), args.quick);
+    if let Some(pattern) = &args.only {
+        opts.only(pattern);
+        if opts.rows.is_empty() {
+            return Err(format!(
+                "no row of scale contains {pattern:?}; there are: {}",
+                bench::scale::ROWS.join(", ")
+            )
+            .into());
+        }
+    }
+    let root = bench::running_as_root();
+    if !root {
+        eprintln!("jext bench scale: not root, so no loop devices: the Linux rows are SKIPPED");
+    }
+    let tables = bench::scale::run(&opts, root)?;
+    let text =
+        format!(
+        "## jext bench scale, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}{}.\n\n{tables}",
+        first_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        first_line("uname", &["-r"]),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        args.dir.display(),
+        first_line(
+            "findmnt",
+            &["-n", "-o", "SOURCE,FSTYPE", "--target", &args.dir.to_string_lossy()]
+        ),
+        if args.quick { ", quick sizes" } else { "" }
+    );
+    println!("\n{text}");
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("report.md"), &text)?;
+        eprintln!("jext bench scale: wrote {}/report.md", dir.display());
+    }
+    Ok(())
 }

@@ -45,12 +45,14 @@ enum Command {
     Mkfs {
         /// An image file (created or resized to --size) or a block device.
         image: PathBuf,
-        /// Size of a new image file, like 64M, 1G, 1T (sparse).
+        /// Size of a new image file (sparse), 2 MiB to 192 TiB: bytes, or a number with
+        /// K, M, G, T or P (binary; also KiB ... PiB), like 64M, 1G, 1TiB.
         #[arg(long)]
         size: Option<String>,
-        /// Block size in bytes (default: 1024 below 512 MiB, else 4096).
+        /// Block size, 1024 to 65536, a power of two; like --size, 4096 or 4K (default:
+        /// 1024 below 512 MiB, else 4096).
         #[arg(long)]
-        block_size: Option<u32>,
+        block_size: Option<String>,
         /// Journal size in blocks (default by size, as mkfs.ext4).
         #[arg(long)]
         journal_blocks: Option<u32>,
@@ -190,7 +192,8 @@ enum Command {
     ///           jext bench fsync-latency --out bench/results/today
     Bench {
         /// seq, fsync-latency, memory, dwsl, fsync-tail, ordered-write, io-per-fsync, untar,
-        /// sqlite, varmail, or all.
+        /// sqlite, varmail, or all; or scale (fsck vs e2fsck and directories vs Linux ext4
+        /// at growing sizes, its own report).
         experiment: String,
         /// A short run (one repetition, smaller sizes) that finishes in a few minutes.
         #[arg(long)]
@@ -201,7 +204,9 @@ enum Command {
         /// Directory for scratch images; its disk is the disk under test.
         #[arg(long, default_value = "/var/tmp")]
         dir: PathBuf,
-        /// Only systems whose name contains this text (e.g. "jext", "ext4").
+        /// Only systems whose name contains this text (e.g. "jext", "ext4"); for scale,
+        /// only the rows whose name contains it (fsck-empty, linux-trees, dir-library,
+        /// dir-mount).
         #[arg(long)]
         only: Option<String>,
         /// Also write report.md and results.json into this directory.
@@ -224,7 +229,7 @@ pub fn run(cli: Cli) -> i32 {
         } => tools::mkfs(
             &image,
             size.as_deref(),
-            block_size,
+            block_size.as_deref(),
             journal_blocks,
             fast_commit,
             label,

@@ -3,6 +3,7 @@
 use super::progress::Progress;
 use clap::Subcommand;
 use jext::{dump, fsck as check, mkfs as make, DebugWhat, FileDevice, MkfsOptions};
+use jext_fs::options::parse_size_in;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ pub enum DebugCommand {
 pub fn mkfs(
     image: &Path,
     size: Option<&str>,
-    block_size: Option<u32>,
+    block_size: Option<&str>,
     journal_blocks: Option<u32>,
     fast_commit: bool,
     label: String,
@@ -31,6 +32,17 @@ pub fn mkfs(
     let fail = |what: String| {
         eprintln!("jext mkfs: {what}");
         1
+    };
+    let block_size = match block_size.map(|t| parse_size_in("--block-size", t, 1024..=65536)) {
+        None => None,
+        Some(Ok(bytes)) if bytes.is_power_of_two() => Some(bytes as u32),
+        Some(Ok(_)) => {
+            return fail(format!(
+                "--block-size={}: not a power of two; valid: 1024, 2048, 4096, ... 65536",
+                block_size.unwrap_or_default()
+            ))
+        }
+        Some(Err(e)) => return fail(e.to_string()),
     };
     let is_device = std::fs::metadata(image).is_ok_and(|m| {
         use std::os::unix::fs::FileTypeExt;
@@ -44,8 +56,8 @@ pub fn mkfs(
             ))
         }
         (Some(text), false) => {
-            let bytes = match jext_fs::options::parse_size("--size", text) {
-                Ok(b) => b as u64,
+            let bytes = match parse_size_in("--size", text, jext_fs::mkfs::size_range_bytes()) {
+                Ok(b) => b,
                 Err(e) => return fail(e.to_string()),
             };
             if let Some(holder) = jext::owner_of(image) {
