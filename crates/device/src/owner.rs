@@ -53,12 +53,16 @@ impl std::fmt::Display for Holder {
     }
 }
 
+/// How long a lock held by a forked copy of a closed descriptor may take to go.
+const FORK_GRACE: Duration = Duration::from_millis(500);
+
 impl OwnerLock {
     /// Takes the lock on `path`, trying again for up to `wait` while another process holds
-    /// it.
+    /// it — and always for a moment: a process forked while the last owner was letting go
+    /// (a multi-threaded program spawning a child) holds a copy of its lock until it execs.
     pub fn acquire(path: &Path, wait: Duration) -> Result<OwnerLock, DeviceError> {
         let file = File::open(path).map_err(|e| DeviceError::open(path, e))?;
-        let deadline = Instant::now() + wait;
+        let deadline = Instant::now() + wait.max(FORK_GRACE);
         loop {
             // SAFETY: flock only reads the descriptor number, which `file` keeps open for
             // the duration of the call.
