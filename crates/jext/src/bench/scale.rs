@@ -51,7 +51,7 @@ impl ScaleOptions {
                 empty_image_bytes: vec![16 << 30, 256 << 30, 1 << 40],
                 tree_files: vec![10_000, 50_000],
                 dir_entries: vec![10_000, 100_000],
-                frag_image_bytes: vec![256 << 20, 1 << 30],
+                frag_image_bytes: vec![64 << 20, 256 << 20],
                 rows: ROWS.to_vec(),
             }
         } else {
@@ -60,7 +60,9 @@ impl ScaleOptions {
                 empty_image_bytes: vec![64 << 30, 256 << 30, 1 << 40, 4 << 40],
                 tree_files: vec![10_000, 100_000, 300_000, 1_000_000],
                 dir_entries: vec![10_000, 100_000, 300_000, 1_000_000],
-                frag_image_bytes: vec![256 << 20, 1 << 30, 4 << 30],
+                // Larger sizes wait on jext's hole punching, which walks the whole extent
+                // tree per punch (4 GiB did not finish in 13 minutes).
+                frag_image_bytes: vec![256 << 20, 1 << 30],
                 rows: ROWS.to_vec(),
             }
         }
