@@ -66,6 +66,19 @@ pub(crate) fn extents(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<Vec<Exten
     Ok(extent_tree::walk(&mut reader, raw.i_block(), &owner(fs, ino, raw))?.0)
 }
 
+/// The extents of inode `ino` that overlap logical blocks `[from, to)`, in order.
+pub(crate) fn extents_in(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    from: u64,
+    to: u64,
+) -> FsResult<Vec<Extent>> {
+    require_extents(ino, raw)?;
+    let mut reader = fs;
+    extent_tree::extents_in(&mut reader, raw.i_block(), &owner(fs, ino, raw), from, to)
+}
+
 /// Every extent and every extent-tree block of inode `ino`, after checking every node.
 pub(crate) fn extents_and_index(
     fs: &FsInner,

@@ -199,21 +199,54 @@ pub fn walk(
     let mut extents = Vec::new();
     let mut blocks = Vec::new();
     let root_node = read_root(root, owner)?;
-    walk_node(io, owner, &root_node, &mut extents, &mut blocks)?;
+    walk_node(io, owner, &root_node, ALL_BLOCKS, &mut extents, &mut blocks)?;
     Ok((extents, blocks))
+}
+
+/// Every logical block.
+const ALL_BLOCKS: (u64, u64) = (0, u64::MAX);
+
+/// The extents that overlap logical blocks `[from, to)`, in order, reading only the
+/// subtrees whose keys can hold them (a punch in a huge file reads one path, not the
+/// whole tree).
+pub fn extents_in(
+    io: &mut dyn MetaRead,
+    root: &[u8],
+    owner: &TreeOwner,
+    from: u64,
+    to: u64,
+) -> FsResult<Vec<Extent>> {
+    let mut extents = Vec::new();
+    let root_node = read_root(root, owner)?;
+    walk_node(
+        io,
+        owner,
+        &root_node,
+        (from, to),
+        &mut extents,
+        &mut Vec::new(),
+    )?;
+    extents.retain(|e| e.end() > from && u64::from(e.logical) < to);
+    Ok(extents)
 }
 
 fn walk_node(
     io: &mut dyn MetaRead,
     owner: &TreeOwner,
     node: &Node,
+    range: (u64, u64),
     extents: &mut Vec<Extent>,
     blocks: &mut Vec<u64>,
 ) -> FsResult<()> {
     match &node.entries {
         Entries::Leaf(list) => extents.extend(list.iter().copied()),
         Entries::Index(list) => {
-            for x in list {
+            for (i, x) in list.iter().enumerate() {
+                // Child i holds keys from its own up to the next child's.
+                let next = list.get(i + 1).map_or(u64::MAX, |n| u64::from(n.logical));
+                if next <= range.0 || u64::from(x.logical) >= range.1 {
+                    continue;
+                }
                 blocks.push(x.child);
                 let child = read_node(io, x.child, owner, node.depth - 1)?;
                 if child.is_empty() || child.first_logical() != x.logical {
@@ -230,7 +263,7 @@ fn walk_node(
                         ),
                     )));
                 }
-                walk_node(io, owner, &child, extents, blocks)?;
+                walk_node(io, owner, &child, range, extents, blocks)?;
             }
         }
     }
@@ -721,6 +754,47 @@ mod tests {
             5000
         );
         assert_eq!(lookup(&mut io, &root, &OWNER, 100).unwrap(), None);
+    }
+
+    #[test]
+    fn a_range_query_reads_only_what_overlaps_and_agrees_with_the_full_walk() {
+        let (mut io, mut root) = fresh();
+        for i in 0..5_000u32 {
+            let e = Extent {
+                logical: i * 2,
+                len: 1,
+                start: 10 + u64::from(i) * 3,
+                unwritten: false,
+            };
+            insert(&mut io, &mut root, &OWNER, e).unwrap();
+        }
+        let (all, _) = walk(&mut io, &root, &OWNER).unwrap();
+        for (from, to) in [
+            (0, 1),
+            (3, 4),
+            (4_001, 4_400),
+            (9_990, u64::MAX),
+            (20_000, 30_000),
+        ] {
+            let expected: Vec<Extent> = all
+                .iter()
+                .filter(|e| e.end() > from && u64::from(e.logical) < to)
+                .copied()
+                .collect();
+            let reads_before = io.reads;
+            assert_eq!(
+                extents_in(&mut io, &root, &OWNER, from, to).unwrap(),
+                expected
+            );
+            // One index block, then the leaves that hold the range (at least half full).
+            let leaves = expected.len() / 42 + 2;
+            assert!(
+                io.reads - reads_before <= 1 + leaves as u64,
+                "[{from}, {to}) read {} blocks for {} extents",
+                io.reads - reads_before,
+                expected.len()
+            );
+        }
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct MemMeta {
     end: u64,
     pub allocated_meta: BTreeSet<u64>,
     pub freed_data: Vec<(u64, u64)>,
+    /// Blocks read so far (tests check that a lookup reads only what it must).
+    pub reads: u64,
 }
 
 impl MemMeta {
@@ -52,6 +54,7 @@ impl MemMeta {
             end,
             allocated_meta: BTreeSet::new(),
             freed_data: Vec::new(),
+            reads: 0,
         }
     }
 }
@@ -62,6 +65,7 @@ impl MetaRead for MemMeta {
     }
 
     fn read_block(&mut self, block: u64) -> FsResult<Arc<[u8]>> {
+        self.reads += 1;
         Ok(self
             .blocks
             .get(&block)

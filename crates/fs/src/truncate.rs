@@ -26,10 +26,7 @@ fn plan(fs: &FsInner, st: &mut FsState, ino: u32, from: u64, to: u64) -> FsResul
     if raw.flags() & flags::EXTENTS == 0 {
         return Ok(Vec::new());
     }
-    let extents: Vec<_> = blockmap::extents(fs, ino, &raw)?
-        .into_iter()
-        .filter(|e| e.end() > from && u64::from(e.logical) < to)
-        .collect();
+    let extents = blockmap::extents_in(fs, ino, &raw, from, to)?;
     let cap = (fs.journal.max_transaction_blocks() / 2).max(CREDITS_BASE + CREDITS_PER_EXTENT);
     let per_chunk = ((cap - CREDITS_BASE) / CREDITS_PER_EXTENT).max(1) as usize;
     let mut chunks: Vec<(u64, u32)> = extents
