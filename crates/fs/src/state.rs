@@ -122,6 +122,8 @@ pub(crate) struct InodeInfo {
     /// Changes whenever what reading the inode's blocks gives may change (see
     /// [`FsState::note_data_change`]).
     pub data_seq: u64,
+    /// The page after the last one read ahead: a miss there is a reader going forward.
+    pub readahead_next: u64,
 }
 
 impl InodeInfo {
@@ -137,6 +139,7 @@ impl InodeInfo {
             reserved_pages: BTreeSet::new(),
             unflushed_data: false,
             data_seq: 0,
+            readahead_next: 0,
         }
     }
 

@@ -67,27 +67,91 @@ const UNLOCKED_TRIES: u32 = 64;
 enum Source {
     /// A hole or an unwritten block: zeros.
     Zeros,
-    /// `pages` blocks from `phys` on (readahead along the extent).
-    Device { phys: u64, pages: u64 },
+    /// Device reads that hold the page and the pages after it (readahead).
+    Device(Vec<Span>),
 }
+
+/// One device read: `blocks` blocks from `phys` on, of which `pages` are wanted, each as
+/// (page index, block within the span). Blocks between them are read and dropped.
+struct Span {
+    phys: u64,
+    blocks: u64,
+    pages: Vec<(u64, u64)>,
+}
+
+/// Blocks a span may read and drop between two wanted ones: a fragmented file's pages
+/// (every other block, say) then cost one read, not one per page, as the kernel's
+/// readahead gets by sending many requests at once.
+const MAX_GAP_BLOCKS: u64 = 8;
+/// Longest span, in blocks.
+const MAX_SPAN_BLOCKS: u64 = 256;
 
 fn source_of(fs: &FsInner, st: &mut FsState, ino: u32, index: u64) -> FsResult<Source> {
     let raw = st.inodes[&ino].raw.clone();
     let size_pages = st.inodes[&ino].size.div_ceil(u64::from(fs.geo.block_size));
-    let extent = if index < MAX_FILE_BLOCKS {
-        blockmap::lookup(fs, ino, &raw, index as u32)?
-    } else {
-        None
-    };
-    let Some(e) = extent.filter(|e| !e.unwritten) else {
+    let end = (index + READAHEAD_PAGES)
+        .min(size_pages.max(index + 1))
+        .min(MAX_FILE_BLOCKS);
+    if index >= end {
         return Ok(Source::Zeros);
-    };
-    let pages = (e.end() - index)
-        .min(READAHEAD_PAGES)
-        .min(size_pages.saturating_sub(index))
-        .max(1);
-    let phys = e.start + (index - u64::from(e.logical));
-    Ok(Source::Device { phys, pages })
+    }
+    let mut extents = blockmap::extents_in(fs, ino, &raw, index, end)?;
+    // Only a reader going forward gets readahead past the page's own extent: a random
+    // reader would pay for pages it never asks for (the kernel keeps the same habit).
+    let sequential = st.inodes[&ino].readahead_next == index;
+    if !sequential {
+        extents.truncate(1);
+    }
+    let mut wanted: Vec<(u64, u64)> = Vec::new();
+    for e in extents.iter().filter(|e| !e.unwritten) {
+        let first = u64::from(e.logical).max(index);
+        let last = e.end().min(end);
+        wanted.extend((first..last).map(|page| (page, e.start + (page - u64::from(e.logical)))));
+    }
+    // Readahead covers what follows the page; the page itself must be mapped and written.
+    if wanted.first().map(|(page, _)| *page) != Some(index) {
+        return Ok(Source::Zeros);
+    }
+    let last = wanted.last().map_or(index, |(page, _)| *page);
+    st.inodes.get_mut(&ino).expect("loaded").readahead_next = last + 1;
+    Ok(Source::Device(spans(wanted)))
+}
+
+/// Groups (page, block) pairs, in page order, into device reads of nearby blocks.
+fn spans(mut wanted: Vec<(u64, u64)>) -> Vec<Span> {
+    wanted.sort_by_key(|(_, block)| *block);
+    let mut spans: Vec<Span> = Vec::new();
+    for (page, block) in wanted {
+        match spans.last_mut() {
+            Some(span)
+                if block >= span.phys + span.blocks
+                    && block - (span.phys + span.blocks) <= MAX_GAP_BLOCKS
+                    && block + 1 - span.phys <= MAX_SPAN_BLOCKS =>
+            {
+                span.blocks = block + 1 - span.phys;
+                span.pages.push((page, block - span.phys));
+            }
+            _ => spans.push(Span {
+                phys: block,
+                blocks: 1,
+                pages: vec![(page, 0)],
+            }),
+        }
+    }
+    spans
+}
+
+/// Reads every span from the device.
+fn read_spans(fs: &FsInner, spans: &[Span]) -> FsResult<Vec<Vec<u8>>> {
+    let bs = fs.geo.block_size as usize;
+    spans
+        .iter()
+        .map(|span| {
+            let mut bytes = vec![0u8; span.blocks as usize * bs];
+            fs.io.read(span.phys * bs as u64, &mut bytes)?;
+            Ok(bytes)
+        })
+        .collect()
 }
 
 /// Puts a page missing from the cache there, reading the device with the lock released.
@@ -101,16 +165,14 @@ fn fill_unlocked(
 ) -> FsResult<()> {
     // The inode may have been evicted (or deleted) while an earlier read ran unlocked.
     load_regular(fs, st, ino)?;
-    let Source::Device { phys, pages } = source_of(fs, st, ino, index)? else {
+    let Source::Device(spans) = source_of(fs, st, ino, index)? else {
         st.pages.insert_clean(ino, index, zeros(fs));
         return Ok(());
     };
     let seq = st.inodes[&ino].data_seq;
-    let bs = fs.geo.block_size as usize;
-    let mut bytes = vec![0u8; pages as usize * bs];
-    MutexGuard::unlocked(st, || fs.io.read(phys * bs as u64, &mut bytes))?;
+    let read = MutexGuard::unlocked(st, || read_spans(fs, &spans))?;
     if st.inodes.get(&ino).map(|i| i.data_seq) == Some(seq) {
-        insert_read(fs, st, ino, index, phys, &bytes);
+        insert_read(fs, st, ino, &spans, &read);
     }
     Ok(())
 }
@@ -130,49 +192,75 @@ pub(super) fn page_data(
     if let Some(page) = st.pages.get(ino, index) {
         return Ok(page.data().clone());
     }
-    let Source::Device { phys, pages } = source_of(fs, st, ino, index)? else {
+    let Source::Device(spans) = source_of(fs, st, ino, index)? else {
         let zeros = zeros(fs);
         st.pages.insert_clean(ino, index, zeros.clone());
         return Ok(zeros);
     };
-    let bs = fs.geo.block_size as usize;
-    let mut bytes = vec![0u8; pages as usize * bs];
-    fs.io.read(phys * bs as u64, &mut bytes)?;
-    Ok(insert_read(fs, st, ino, index, phys, &bytes))
+    let read = read_spans(fs, &spans)?;
+    insert_read(fs, st, ino, &spans, &read);
+    Ok(st
+        .pages
+        .get(ino, index)
+        .expect("the page was just read")
+        .data()
+        .clone())
 }
 
-/// Caches the pages read from `phys` on for pages `index..` (where none is cached yet),
-/// and returns the first.
-fn insert_read(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    index: u64,
-    phys: u64,
-    bytes: &[u8],
-) -> Arc<[u8]> {
+/// Caches the pages the spans read (where none is cached yet).
+fn insert_read(fs: &FsInner, st: &mut FsState, ino: u32, spans: &[Span], read: &[Vec<u8>]) {
     let bs = fs.geo.block_size as usize;
-    let mut first = None;
-    for (i, chunk) in bytes.chunks(bs).enumerate() {
-        let block = phys + i as u64;
-        // A journaled copy not yet written home is newer than the home block.
-        if fs.options.data_mode != DataMode::Journal {
-            let cached = fs.cache.peek(block).is_some();
-            let committed = fs.journal.committed_copy(block).is_some();
-            assert!(!cached && !committed, "data block {block} of inode {ino} (page {}) has a journal copy: cached {cached} committed {committed}", index + i as u64);
+    for (span, bytes) in spans.iter().zip(read) {
+        for &(page, at) in &span.pages {
+            let block = span.phys + at;
+            let chunk = &bytes[at as usize * bs..(at as usize + 1) * bs];
+            st.pages
+                .insert_clean(ino, page, block_data(fs, ino, page, block, chunk));
         }
-        let data: Arc<[u8]> = match fs.cache.peek(block).or_else(|| {
-            fs.journal
-                .committed_copy(block)
-                .map(|d| Arc::new(jext_journal::JBuf::new(block, d)))
-        }) {
-            Some(buf) => buf.bytes(),
-            None => Arc::from(chunk),
-        };
-        if i == 0 {
-            first = Some(data.clone());
-        }
-        st.pages.insert_clean(ino, index + i as u64, data);
     }
-    first.expect("at least one page was read")
+}
+
+/// What page `page` holds when block `block` read as `chunk`: a journaled copy not yet
+/// written home is newer than the home block.
+fn block_data(fs: &FsInner, ino: u32, page: u64, block: u64, chunk: &[u8]) -> Arc<[u8]> {
+    if fs.options.data_mode != DataMode::Journal {
+        let cached = fs.cache.peek(block).is_some();
+        let committed = fs.journal.committed_copy(block).is_some();
+        assert!(!cached && !committed, "data block {block} of inode {ino} (page {page}) has a journal copy: cached {cached} committed {committed}");
+    }
+    match fs.cache.peek(block).or_else(|| {
+        fs.journal
+            .committed_copy(block)
+            .map(|d| Arc::new(jext_journal::JBuf::new(block, d)))
+    }) {
+        Some(buf) => buf.bytes(),
+        None => Arc::from(chunk),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scattered_pages_are_read_in_few_spans() {
+        // Every other page moved far away, as a file fragmented on purpose is.
+        let wanted: Vec<(u64, u64)> = (0..8)
+            .map(|page| match page % 2 {
+                0 => (page, 1000 + page),
+                _ => (page, 9000 + page / 2),
+            })
+            .collect();
+        let got = spans(wanted);
+        assert_eq!(got.len(), 2, "one read per neighbourhood");
+        assert_eq!((got[0].phys, got[0].blocks), (1000, 7));
+        assert_eq!(got[0].pages, vec![(0, 0), (2, 2), (4, 4), (6, 6)]);
+        assert_eq!((got[1].phys, got[1].blocks), (9000, 4));
+        // Too far apart to read the gap: separate reads.
+        let apart = spans(vec![(0, 10), (1, 10 + MAX_GAP_BLOCKS + 2)]);
+        assert_eq!(apart.len(), 2);
+        // A span never grows past its limit.
+        let long: Vec<(u64, u64)> = (0..600).map(|p| (p, 5000 + p)).collect();
+        assert!(spans(long).iter().all(|s| s.blocks <= MAX_SPAN_BLOCKS));
+    }
 }
