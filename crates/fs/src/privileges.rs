@@ -44,6 +44,23 @@ fn mode_without_privileges(mode: u16, gid: u32, what: &PrivilegeDrop) -> u16 {
     kept
 }
 
+/// What a change to inode `ino` would drop: the mode it leaves and whether a file
+/// capability goes; `None` when nothing would. Reads the attributes at most once.
+fn to_drop(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    what: &PrivilegeDrop,
+) -> FsResult<Option<(u16, bool)>> {
+    let mode = raw.mode();
+    if mode & S_IFMT == S_IFDIR {
+        return Ok(None);
+    }
+    let kept = mode_without_privileges(mode, raw.gid(), what);
+    let capability = has_capability(fs, ino, raw)?;
+    Ok((kept != mode || capability).then_some((kept, capability)))
+}
+
 /// Whether a change to inode `ino` would drop anything.
 pub(crate) fn any_to_drop(
     fs: &FsInner,
@@ -51,14 +68,7 @@ pub(crate) fn any_to_drop(
     raw: &Inode,
     what: &PrivilegeDrop,
 ) -> FsResult<bool> {
-    let mode = raw.mode();
-    if mode & S_IFMT == S_IFDIR {
-        return Ok(false);
-    }
-    if mode_without_privileges(mode, raw.gid(), what) != mode {
-        return Ok(true);
-    }
-    has_capability(fs, ino, raw)
+    Ok(to_drop(fs, ino, raw, what)?.is_some())
 }
 
 fn has_capability(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
@@ -75,14 +85,14 @@ fn has_capability(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<bool> {
 /// Drops what a change takes away, in `tx`, and moves ctime if anything went.
 pub(crate) fn drop_in(tx: &mut Tx, ino: u32, what: &PrivilegeDrop) -> FsResult<()> {
     let raw = tx.raw_inode(ino)?;
-    if !any_to_drop(tx.fs, ino, &raw, what)? {
+    let Some((kept, capability)) = to_drop(tx.fs, ino, &raw, what)? else {
         return Ok(());
-    }
-    if has_capability(tx.fs, ino, &raw)? {
+    };
+    if capability {
         xattr_ops::remove(tx, ino, CAPABILITY_XATTR)?;
     }
     let raw = &mut tx.inode(ino)?.raw;
-    raw.set_mode(mode_without_privileges(raw.mode(), raw.gid(), what));
+    raw.set_mode(kept);
     raw.set_ctime(inode_time(Timestamp::now()));
     tx.write_inode(ino)
 }

@@ -383,12 +383,13 @@ impl JextFuse {
     fn privileges_dropped(
         &self,
         req: &Request,
+        ino: Ino,
         kill_ids: bool,
         writes: bool,
     ) -> Option<PrivilegeDrop> {
         match (self.drops_privileges, kill_ids, writes) {
             (false, _, _) | (true, false, false) => None,
-            (true, true, _) => Some(ids_dropped_by(req)),
+            (true, true, _) => Some(ids_dropped_by(&self.fs, req, ino)),
             (true, false, true) => Some(PrivilegeDrop::Capabilities),
         }
     }
@@ -438,17 +439,25 @@ impl JextFuse {
     }
 }
 
-/// Setuid and setgid dropped by a change `req` makes: root stands for a caller with
-/// CAP_FSETID (FUSE passes no capabilities), anyone else keeps a setgid without group
-/// execute only in the file's group, so the library needs the caller's groups: the
-/// request's gid and the supplementary ones `/proc` shows for its process.
-fn ids_dropped_by(req: &Request) -> PrivilegeDrop {
+/// Setuid and setgid dropped by a change `req` makes to `ino`: root stands for a caller
+/// with CAP_FSETID (FUSE passes no capabilities), anyone else keeps a setgid without group
+/// execute only in the file's group, so the library then needs the caller's groups: the
+/// request's gid and the supplementary ones `/proc` shows for its process. Every write
+/// by a user comes this way, so `/proc` is read only for a file whose mode makes the
+/// groups matter.
+fn ids_dropped_by(fs: &Fs, req: &Request, ino: Ino) -> PrivilegeDrop {
     if req.uid() == 0 {
         return PrivilegeDrop::CapabilitiesAndIds {
             caller_groups: None,
         };
     }
     let mut groups = vec![req.gid()];
+    let plain_setgid = fs.stat(ino).is_ok_and(|st| st.perm & 0o2010 == 0o2000);
+    if !plain_setgid {
+        return PrivilegeDrop::CapabilitiesAndIds {
+            caller_groups: Some(groups),
+        };
+    }
     if let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) {
         let listed = status
             .lines()
@@ -588,8 +597,12 @@ impl Filesystem for JextFuse {
         kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
+        let Ok(ext4_ino) = to_ext4(ino) else {
+            return reply.error(Errno::EINVAL);
+        };
         let drop_privileges = self.privileges_dropped(
             req,
+            ext4_ino,
             kill_suidgid || uid.is_some() || gid.is_some(),
             size.is_some(),
         );
@@ -770,9 +783,8 @@ impl Filesystem for JextFuse {
         let kernel_keeps_times =
             self.writeback_cache && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let kill_suidgid = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        let drop = self.privileges_dropped(req, kill_suidgid, true);
         let written = to_ext4(ino).and_then(|i| {
-            if let Some(what) = drop {
+            if let Some(what) = self.privileges_dropped(req, i, kill_suidgid, true) {
                 self.drop_privileges(i, what)?;
             }
             if kernel_keeps_times {
@@ -1051,14 +1063,14 @@ impl Filesystem for JextFuse {
         }
         // ext4's fallocate drops privileges as a write does (`file_modified`); the kernel
         // asks no FUSE server to, so jext does, taking uid 0 for CAP_FSETID.
-        let what = if req.uid() == 0 {
-            PrivilegeDrop::Capabilities
-        } else {
-            ids_dropped_by(req)
-        };
         empty(
             reply,
             to_ext4(ino).and_then(|i| {
+                let what = if req.uid() == 0 {
+                    PrivilegeDrop::Capabilities
+                } else {
+                    ids_dropped_by(&self.fs, req, i)
+                };
                 self.drop_privileges(i, what)?;
                 self.fs.fallocate(i, offset, length, how).map_err(errno)
             }),
