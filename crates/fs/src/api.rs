@@ -12,6 +12,7 @@ use crate::error::{FsError, FsResult};
 use crate::format::inode::flags as iflags;
 use crate::inode_guard;
 use crate::inodes::{inode_time, stat};
+use crate::journal_mode::FileJournalMode;
 use crate::mount::{self, MountReport};
 use crate::namei::{self, NewNode};
 use crate::options::MountOptions;
@@ -363,6 +364,32 @@ impl Fs {
         Ok(out)
     }
 
+    /// Makes `ino`'s data journaled or leaves it to the mount's `data=` (`chattr +j` /
+    /// `-j`, at ext4's safe points: see [`FileJournalMode`]); returns the new `stat`.
+    pub fn set_journal_mode(&self, ino: Ino, mode: FileJournalMode) -> FsResult<Stat> {
+        self.with_room(|fs, st| {
+            crate::inodes::load(fs, st, ino)?;
+            let now = st.inodes[&ino].raw.flags() & iflags::USER_MODIFIABLE;
+            let flags = match mode {
+                FileJournalMode::Data => now | iflags::JOURNAL_DATA,
+                FileJournalMode::Mount => now & !iflags::JOURNAL_DATA,
+            };
+            let change = SetAttr {
+                flags: Some(flags),
+                ..SetAttr::default()
+            };
+            set_attributes(fs, st, ino, &change)
+        })
+    }
+
+    /// Whether `ino`'s data goes through the journal (the mount's `data=journal`, or the
+    /// file's `j` flag); false for anything but a regular file.
+    pub fn journals_data(&self, ino: Ino) -> FsResult<bool> {
+        let mut st = self.lock()?;
+        crate::inodes::load(self.inner(), &mut st, ino)?;
+        Ok(self.inner().journals_data(&st.inodes[&ino].raw))
+    }
+
     /// Changes attributes; returns the new `stat`.
     pub fn setattr(&self, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
         self.with_room(|fs, st| set_attributes(fs, st, ino, attr))
@@ -649,6 +676,12 @@ impl Fs {
 fn set_attributes(fs: &FsInner, st: &mut FsState, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
     crate::inodes::load(fs, st, ino)?;
     inode_guard::check_setattr(ino, st.inodes[&ino].raw.flags(), attr)?;
+    if let Some(f) = attr.flags {
+        let keep = st.inodes[&ino].raw.flags() & !iflags::USER_MODIFIABLE;
+        let wanted = f & iflags::USER_MODIFIABLE;
+        check_flags_fit(ino, st.inodes[&ino].mode(), wanted)?;
+        crate::journal_mode::prepare_flags_change(fs, st, ino, keep | wanted)?;
+    }
     if let Some(size) = attr.size {
         if st.inodes[&ino].size != size {
             file::set_size(fs, st, ino, size)?;
@@ -802,6 +835,16 @@ impl File {
 
     pub fn stat(&self) -> FsResult<Stat> {
         self.fs.stat(self.ino)
+    }
+
+    /// See [`Fs::set_journal_mode`].
+    pub fn set_journal_mode(&self, mode: FileJournalMode) -> FsResult<()> {
+        self.fs.set_journal_mode(self.ino, mode).map(|_| ())
+    }
+
+    /// See [`Fs::journals_data`].
+    pub fn journals_data(&self) -> FsResult<bool> {
+        self.fs.journals_data(self.ino)
     }
 }
 

@@ -344,6 +344,69 @@ fn posix_corners_behave_as_on_ext4() {
 }
 
 /// `lseek`, for the whence values std does not name; the offset, or minus the errno.
+/// Per-file journal mode through the mount: `chattr +j` on a directory reaches the files
+/// made in it (lsattr shows `j`), `chattr -j` on a file with journaled data in the log
+/// (its safe point flushes the journal) and writes after it; the image is e2fsck-clean and
+/// Linux's debugfs sees the flag where ext4 keeps it.
+#[test]
+fn chattr_j_is_inherited_and_switches_through_the_mount() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("chattr-j");
+    mount(&s, "");
+    let m = s.mnt();
+    let ok = |c: &mut Command| assert!(c.status().unwrap().success());
+    let lsattr = |p: &Path| {
+        let out = Command::new("lsattr").arg("-d").arg(p).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        text.split_whitespace().next().unwrap_or("").to_string()
+    };
+    fs::create_dir(m.join("logs")).unwrap();
+    ok(Command::new("chattr").arg("+j").arg(m.join("logs")));
+    assert!(lsattr(&m.join("logs")).contains('j'));
+    let journal = m.join("logs/rollback");
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&journal)
+        .unwrap();
+    assert!(
+        lsattr(&journal).contains('j'),
+        "inherited from the directory"
+    );
+    f.write_all_at(&[0x5a; 64 << 10], 0).unwrap();
+    f.sync_all().unwrap();
+    fs::write(m.join("plain"), b"ordered").unwrap();
+    assert!(!lsattr(&m.join("plain")).contains('j'));
+    ok(Command::new("chattr").arg("-j").arg(&journal));
+    assert!(!lsattr(&journal).contains('j'));
+    f.write_all_at(&[0xa5; 4096], 0).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let data = fs::read(&journal).unwrap();
+    assert!(data[..4096].iter().all(|&b| b == 0xa5) && data[4096..].iter().all(|&b| b == 0x5a));
+    umount(&s);
+    e2fsck_clean(&s.image());
+    let stat = |path: &str| {
+        let out = Command::new("debugfs")
+            .args(["-R", &format!("stat {path}")])
+            .arg(s.image())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert!(
+        stat("/logs").contains("Flags: 0x84000"),
+        "the directory keeps j"
+    );
+    assert!(
+        stat("/logs/rollback").contains("Flags: 0x80000"),
+        "the file lost j"
+    );
+}
+
 fn seek(file: &fs::File, offset: i64, whence: i32) -> i64 {
     use std::os::fd::AsRawFd;
     // SAFETY: the descriptor belongs to `file`, which is open for the whole call.

@@ -7,7 +7,6 @@
 use super::{load_regular, MAX_FILE_BLOCKS};
 use crate::blockmap;
 use crate::error::FsResult;
-use crate::options::DataMode;
 use crate::state::{FsInner, FsState};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
@@ -32,6 +31,8 @@ pub(crate) fn read(
         return Ok(Vec::new());
     }
     let end = (offset + len as u64).min(size);
+    // A data-journaled file's newest bytes may sit in the journal: read under the lock.
+    let journal_data = fs.journals_data(&st.inodes[&ino].raw);
     let bs = u64::from(fs.geo.block_size);
     let mut out = Vec::with_capacity((end - offset) as usize);
     let mut pos = offset;
@@ -42,9 +43,7 @@ pub(crate) fn read(
             Some(page) => page.data().clone(),
             // A read that raced a change to the file is thrown away; after a few, read
             // under the lock rather than race again.
-            None if unlocked_tries < UNLOCKED_TRIES
-                && fs.options.data_mode != DataMode::Journal =>
-            {
+            None if unlocked_tries < UNLOCKED_TRIES && !journal_data => {
                 unlocked_tries += 1;
                 fill_unlocked(fs, st, ino, index)?;
                 continue;
@@ -210,20 +209,31 @@ pub(super) fn page_data(
 /// Caches the pages the spans read (where none is cached yet).
 fn insert_read(fs: &FsInner, st: &mut FsState, ino: u32, spans: &[Span], read: &[Vec<u8>]) {
     let bs = fs.geo.block_size as usize;
+    let journal_data = fs.journals_data(&st.inodes[&ino].raw);
     for (span, bytes) in spans.iter().zip(read) {
         for &(page, at) in &span.pages {
             let block = span.phys + at;
             let chunk = &bytes[at as usize * bs..(at as usize + 1) * bs];
-            st.pages
-                .insert_clean(ino, page, block_data(fs, ino, page, block, chunk));
+            st.pages.insert_clean(
+                ino,
+                page,
+                block_data(fs, ino, journal_data, page, block, chunk),
+            );
         }
     }
 }
 
 /// What page `page` holds when block `block` read as `chunk`: a journaled copy not yet
 /// written home is newer than the home block.
-fn block_data(fs: &FsInner, ino: u32, page: u64, block: u64, chunk: &[u8]) -> Arc<[u8]> {
-    if fs.options.data_mode != DataMode::Journal {
+fn block_data(
+    fs: &FsInner,
+    ino: u32,
+    journal_data: bool,
+    page: u64,
+    block: u64,
+    chunk: &[u8],
+) -> Arc<[u8]> {
+    if !journal_data {
         let cached = fs.cache.peek(block).is_some();
         let committed = fs.journal.committed_copy(block).is_some();
         assert!(!cached && !committed, "data block {block} of inode {ino} (page {page}) has a journal copy: cached {cached} committed {committed}");

@@ -10,7 +10,6 @@
 
 use crate::blockmap;
 use crate::error::FsResult;
-use crate::options::DataMode;
 use crate::state::{FsInner, FsState};
 use crate::tx::Tx;
 use jext_io::{IoFlags, WriteRequest};
@@ -32,7 +31,11 @@ pub(crate) fn writeback(
         st.note_data_change(ino);
     }
     let mut tid = None;
-    for batch in batches(fs, &dirty) {
+    let journal_data = st
+        .inodes
+        .get(&ino)
+        .is_some_and(|i| fs.journals_data(&i.raw));
+    for batch in batches(fs, journal_data, &dirty) {
         tid = writeback_batch(fs, st, ino, batch, with_times)?.or(tid);
     }
     let info = st.inodes.get(&ino);
@@ -69,8 +72,7 @@ fn batch_credits(runs: usize, pages: usize, journal_data: bool) -> u32 {
 }
 
 /// Splits sorted dirty page indices into batches that each fit one handle.
-fn batches<'p>(fs: &FsInner, dirty: &'p [u64]) -> Vec<&'p [u64]> {
-    let journal_data = fs.options.data_mode == DataMode::Journal;
+fn batches<'p>(fs: &FsInner, journal_data: bool, dirty: &'p [u64]) -> Vec<&'p [u64]> {
     let cap = fs.journal.max_transaction_blocks() / 2;
     let mut out = Vec::new();
     let (mut start, mut runs) = (0, 0);
@@ -128,7 +130,7 @@ fn writeback_batch(
     with_times: bool,
 ) -> FsResult<Option<Tid>> {
     let raw = st.inodes[&ino].raw.clone();
-    let journal_data = fs.options.data_mode == DataMode::Journal;
+    let journal_data = fs.journals_data(&raw);
     let runs = consecutive_runs(pages);
     let last_end = (pages.last().copied().unwrap_or(0) + 1) * u64::from(fs.geo.block_size);
     let info = &st.inodes[&ino];

@@ -1,0 +1,103 @@
+//! Each file its own journal mode (JoJ's file-adaptive journaling, ext4's per-inode
+//! `EXT4_JOURNAL_DATA_FL`): which files journal their data, and switching a file between
+//! data journaling and ordered mode at ext4's safe points.
+//!
+//! A regular file journals its data when the mount says `data=journal` or the file carries
+//! the `j` flag (`chattr +j`, `FS_JOURNAL_DATA_FL` 0x4000, inherited from its directory at
+//! create as every ext4 `EXT4_FL_INHERITED` flag is). [`journals_data`] is the one
+//! predicate every path asks (writeback, reads, fast commits).
+//!
+//! Switching (`ext4_change_inode_journal_flag`):
+//! - **on**: the file's dirty pages are written back in ordered mode first, so no page
+//!   written before the switch can land in place after a journaled copy of its block;
+//! - **off**: the same, then the journal is committed and checkpointed (JBD2's
+//!   `jbd2_journal_flush`) with the file system lock held, so no operation runs meanwhile,
+//!   as ext4 locks out every handle: when the flag clears, no journaled copy of any block
+//!   is left in the log, and an in-place write can never be overwritten at replay by an
+//!   older journaled copy (the paper's T1/T2 reordering). The file's blocks then leave the
+//!   buffer cache, where journaled data lives, because ordered data lives in pages.
+//!
+//! Blocks freed from a data-journaled file are revoked (`Tx::forget_block`, on every block
+//! the allocator frees: the journal records a revoke whenever a copy of the block is in
+//! the log), and a freed block is reused only once the freeing transaction committed, so
+//! a block journaled for one file is never replayed over another file's data.
+//!
+//! Must never: change the mode of a file whose dirty pages were not written back in the
+//! old mode, or clear the flag while the log may hold a copy of one of its blocks.
+
+use crate::blockmap;
+use crate::error::FsResult;
+use crate::format::inode::{flags, Inode};
+use crate::options::{DataMode, MountOptions};
+use crate::state::{FsInner, FsState};
+
+/// What carries a file's data ([`crate::File::set_journal_mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileJournalMode {
+    /// The data goes through the journal (`chattr +j`): each commit is atomic for it.
+    Data,
+    /// The mount's `data=` decides (`chattr -j`): ordered unless the mount says otherwise.
+    Mount,
+}
+
+/// Whether a regular file with record `raw` journals its data under a mount with
+/// `options` (the mount's `data=journal`, or the file's `j` flag). Directories and
+/// symlinks are metadata and always journaled; this answers `false` for them.
+pub(crate) fn journals_data(options: &MountOptions, raw: &Inode) -> bool {
+    let regular = u32::from(raw.mode()) & 0o170000 == 0o100000;
+    regular && (options.data_mode == DataMode::Journal || raw.flags() & flags::JOURNAL_DATA != 0)
+}
+
+impl FsInner {
+    /// See [`journals_data`].
+    pub(crate) fn journals_data(&self, raw: &Inode) -> bool {
+        journals_data(&self.options, raw)
+    }
+}
+
+/// Before `ino`'s flags become `new_flags`: if that changes whether the file journals its
+/// data, reaches the safe point of the switch (see the module comment). Runs with the file
+/// system lock held and may wait for a commit and a checkpoint under it, as ext4 waits
+/// with every handle locked out; mode switches are rare.
+pub(crate) fn prepare_flags_change(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    new_flags: u32,
+) -> FsResult<()> {
+    crate::inodes::load(fs, st, ino)?;
+    let raw = st.inodes[&ino].raw.clone();
+    let mut after = raw.clone();
+    after.set_flags(new_flags);
+    let (before_on, after_on) = (fs.journals_data(&raw), fs.journals_data(&after));
+    if before_on == after_on || fs.is_read_only() {
+        return Ok(());
+    }
+    // Reads that went to the device without the lock must not keep what they read.
+    st.note_data_change(ino);
+    // Every dirty page goes out in the mode it was written in.
+    crate::file::writeback(fs, st, ino, false)?;
+    if before_on {
+        fs.journal.checkpoint()?;
+        forget_cached_blocks(fs, ino, &raw)?;
+    }
+    Ok(())
+}
+
+/// Drops the file's blocks from the buffer cache: once checkpointed, the journaled copies
+/// there are the same bytes as at home, and an ordered file's reads must not find them.
+fn forget_cached_blocks(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<()> {
+    if raw.flags() & flags::EXTENTS == 0 {
+        return Ok(());
+    }
+    for extent in blockmap::extents(fs, ino, raw)? {
+        for block in extent.start..extent.start + u64::from(extent.len) {
+            debug_assert!(
+                fs.journal.committed_copy(block).is_none(),
+                "block {block} of inode {ino} still has a journal copy after the flush"
+            );
+            fs.cache.forget(block);
+        }
+    }
+    Ok(())
+}
