@@ -15,6 +15,12 @@
 //!   `create-delete-barrier` (the table 2 tests with every fsync an fbarrier), and
 //!   `barrier-chain` (N files, each written then fdatabarrier'd or fbarrier'd in turn, so
 //!   every later file's writes must not survive without the earlier files).
+//! - Each file its own journal mode (JoJ, `chattr +j`): `joj-overwrite` (the paper's
+//!   T1/T2 case: one block written journaled, then in place after `chattr -j`, then
+//!   journaled again, beside an ordered file), `joj-reuse` (blocks freed by a journaled
+//!   file taken by an ordered one and back), `joj-switch` (SQLite's rollback pattern
+//!   whose database switches to journaled data and back in the middle) and `joj-inherit`
+//!   (files made in a `chattr +j` directory, written, synced, deleted, renamed out).
 
 use crate::workload::{Op, Workload, WorkloadId};
 use rand::rngs::StdRng;
@@ -33,6 +39,10 @@ pub const FIXED: &[(&str, usize)] = &[
     ("rename-root-to-sub-barrier", 1),
     ("create-delete-barrier", 10),
     ("barrier-chain", 6),
+    ("joj-overwrite", 3),
+    ("joj-reuse", 3),
+    ("joj-switch", 4),
+    ("joj-inherit", 4),
 ];
 
 /// Builds fixed workload `name` with size `size`.
@@ -49,6 +59,10 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "rename-root-to-sub-barrier" => barriers_for_syncs(rename_root_to_sub()),
         "create-delete-barrier" => barriers_for_syncs(create_delete(size)),
         "barrier-chain" => barrier_chain(size),
+        "joj-overwrite" => joj_overwrite(size),
+        "joj-reuse" => joj_reuse(size),
+        "joj-switch" => joj_switch(size),
+        "joj-inherit" => joj_inherit(size),
         other => {
             let names: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
             return Err(format!(
@@ -281,6 +295,123 @@ fn sqlite_wal(commits: usize) -> Vec<Op> {
             ]);
         }
     }
+    ops
+}
+
+fn chattr(path: &str, on: bool) -> Op {
+    Op::JournalData {
+        path: path.into(),
+        on,
+    }
+}
+
+/// The paper's T1/T2 reordering, made impossible by the switch's journal flush: block 0
+/// of `/t` written journaled (T1), then in place after `chattr -j` (T2), then journaled
+/// again; an ordered file `/o` is overwritten in the same commits.
+fn joj_overwrite(rounds: usize) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Creat("/t".into()),
+        Op::Creat("/o".into()),
+        write("/o", 0, 2 * PAGE),
+        chattr("/t", true),
+        write("/t", 0, 2 * PAGE),
+        Op::Fsync("/t".into()),
+    ];
+    for r in 0..rounds {
+        let on = r % 2 == 1;
+        ops.extend([
+            write("/t", 0, PAGE),
+            write("/o", 0, PAGE),
+            Op::Fdatasync("/t".into()),
+            chattr("/t", on),
+            write("/t", 0, PAGE),
+            write("/o", u64::from(PAGE), PAGE),
+            Op::Fsync("/o".into()),
+            write("/t", 512, 1024),
+        ]);
+    }
+    ops.push(Op::Fsync("/t".into()));
+    ops
+}
+
+/// Blocks freed from a journaled file reused by an ordered one, and the reverse; the
+/// freed file's copies are still in the log when the other file writes the blocks.
+fn joj_reuse(rounds: usize) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for r in 0..rounds {
+        let (first, second) = (format!("/a{r}"), format!("/b{r}"));
+        let journaled_first = r % 2 == 0;
+        ops.extend([Op::Creat(first.clone()), chattr(&first, journaled_first)]);
+        ops.extend([write(&first, 0, 4 * PAGE), Op::Fsync(first.clone())]);
+        ops.extend([Op::Unlink(first.clone()), Op::Sync]);
+        ops.extend([Op::Creat(second.clone()), chattr(&second, !journaled_first)]);
+        ops.extend([write(&second, 0, 4 * PAGE), Op::Fdatasync(second.clone())]);
+        ops.push(write(&second, u64::from(PAGE), 100));
+    }
+    ops.push(Op::Sync);
+    ops
+}
+
+/// SQLite's rollback pattern (journal in a `+j` directory) whose database switches to
+/// journaled data half-way through and back to ordered at the end.
+fn joj_switch(transactions: usize) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Mkdir("/j".into()),
+        chattr("/j", true),
+        Op::Creat("/db".into()),
+        write("/db", 0, 4 * PAGE),
+        Op::Fsync("/db".into()),
+    ];
+    for t in 0..transactions {
+        if t == transactions / 2 {
+            ops.push(chattr("/db", true));
+        }
+        let page = u64::from(PAGE) * (t % 4) as u64;
+        ops.extend([
+            Op::Creat("/j/db-journal".into()),
+            write("/j/db-journal", 0, PAGE + 512),
+            Op::Fsync("/j/db-journal".into()),
+            write("/db", page, PAGE),
+            Op::Fsync("/db".into()),
+            Op::Unlink("/j/db-journal".into()),
+        ]);
+    }
+    ops.extend([
+        chattr("/db", false),
+        write("/db", 0, PAGE),
+        Op::Fdatasync("/db".into()),
+    ]);
+    ops
+}
+
+/// Files made in a `chattr +j` directory inherit the flag: written and synced, every
+/// other one deleted (its blocks revoked), one renamed out and overwritten.
+fn joj_inherit(files: usize) -> Vec<Op> {
+    let mut ops = vec![
+        Op::Mkdir("/logs".into()),
+        chattr("/logs", true),
+        Op::Fsync("/logs".into()),
+    ];
+    let name = |i| format!("/logs/f{i}");
+    for i in 0..files {
+        ops.extend([
+            Op::Creat(name(i)),
+            write(&name(i), 0, 2 * PAGE + 100),
+            Op::Fdatasync(name(i)),
+        ]);
+        if i % 2 == 1 {
+            ops.extend([Op::Unlink(name(i - 1)), Op::Fsync("/logs".into())]);
+        }
+    }
+    let last = name(files.saturating_sub(1));
+    ops.extend([
+        Op::Rename {
+            from: last.clone(),
+            to: "/moved".into(),
+        },
+        write("/moved", 0, PAGE),
+        Op::Fsync("/moved".into()),
+    ]);
     ops
 }
 

@@ -12,8 +12,8 @@ use crate::workload::{pattern, Falloc, Op, Workload};
 use jext_device::{CrashCapture, SimDevice, SimFault};
 use jext_fs::format::acl::{self, Acl, AclEntry};
 use jext_fs::{
-    mkfs, DataMode, FallocateMode, Fs, FsError, FsResult, Ino, MkfsOptions, MountOptions,
-    RenameFlags, SetAttr, XattrSetMode,
+    mkfs, DataMode, FallocateMode, FileJournalMode, Fs, FsError, FsResult, Ino, MkfsOptions,
+    MountOptions, RenameFlags, SetAttr, XattrSetMode,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -454,6 +454,14 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
             };
             let value = read_for(*uid).to_xattr();
             fs.setxattr(fs.resolve(path)?, name, &value, XattrSetMode::Either)
+        }
+        Op::JournalData { path, on } => {
+            let mode = if *on {
+                FileJournalMode::Data
+            } else {
+                FileJournalMode::Mount
+            };
+            fs.set_journal_mode(fs.resolve(path)?, mode).map(drop)
         }
         Op::Fsync(p) => fs.fsync(fs.resolve(p)?, false),
         Op::Fdatasync(p) => fs.fsync(fs.resolve(p)?, true),

@@ -76,6 +76,12 @@ pub enum Op {
         uid: u32,
         default: bool,
     },
+    /// `chattr +j` (`on`) or `chattr -j`: the file's data journaled, or left to the
+    /// mount's mode (a directory's flag reaches what is made in it).
+    JournalData {
+        path: String,
+        on: bool,
+    },
     Fsync(String),
     Fdatasync(String),
     /// BarrierFS's ordering-only syncs: what fsync (fdatasync) would make durable is
@@ -114,7 +120,8 @@ impl Op {
             | Op::Symlink { path: p, .. }
             | Op::SetXattr { path: p, .. }
             | Op::Chmod { path: p, .. }
-            | Op::SetAcl { path: p, .. } => vec![p],
+            | Op::SetAcl { path: p, .. }
+            | Op::JournalData { path: p, .. } => vec![p],
             Op::Link { from, to } | Op::Rename { from, to } => vec![from, to],
             Op::Sync => vec![],
         }
@@ -153,6 +160,9 @@ impl fmt::Display for Op {
             Op::SetAcl { path, uid, default } => {
                 let d = if *default { "d:" } else { "" };
                 write!(f, "setfacl -m {d}u:{uid}:r {path}")
+            }
+            Op::JournalData { path, on } => {
+                write!(f, "chattr {}j {path}", if *on { '+' } else { '-' })
             }
             Op::Fsync(p) => write!(f, "fsync {p}"),
             Op::Fdatasync(p) => write!(f, "fdatasync {p}"),

@@ -47,6 +47,8 @@ fn torn_sector_writes_are_survived_too() {
         "append-extents-24",
         "sqlite-wal-8",
         "ace2-3",
+        "joj-overwrite-3",
+        "joj-switch-4",
     ]
     .iter()
     .map(|w| w.parse().unwrap())
