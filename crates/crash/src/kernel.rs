@@ -7,6 +7,7 @@ use crate::record::Recording;
 use crate::snapshot::{Meta, Node};
 use jext_device::SimDevice;
 use jext_fs::Timestamp;
+use jext_journal::format::superblock::INCOMPAT_JEXT_SINGLE_IO;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -40,7 +41,9 @@ impl KernelCheck {
     }
 
     /// Mounts `crash` (the image before any recovery) with Linux and compares each path
-    /// with `jext_view` (what jext's recovery shows, in the recording's path order).
+    /// with `jext_view` (what jext's recovery shows, in the recording's path order). A
+    /// log holding single-I/O commits (the journal's private JEXT_SINGLE_IO bit) must be
+    /// refused by Linux instead: it cannot tell a torn transaction from a whole one.
     pub fn compare(&self, crash: &SimDevice, rec: &Recording, jext_view: &[Node]) -> Vec<String> {
         if let Err(e) = crash.write_current_image(&self.image) {
             return vec![format!(
@@ -48,18 +51,30 @@ impl KernelCheck {
                 self.image.display()
             )];
         }
-        let mounted = Command::new("mount")
-            .args(["-t", "ext4", "-o", "loop"])
-            .arg(&self.image)
-            .arg(&self.mountpoint)
-            .output();
-        let problems = match mounted {
-            Err(e) => vec![format!("kernel check: cannot run mount: {e}")],
-            Ok(out) if !out.status.success() => vec![format!(
-                "kernel check: Linux refuses to mount the crash image: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
+        let image = jext_device::open_path(&self.image, true).map_err(|e| e.to_string());
+        let journal =
+            image.and_then(|d| jext_fs::debug::journal_superblock(d).map_err(|e| e.to_string()));
+        let private = match journal {
+            Ok(jsb) => !jsb.is_clean() && jsb.has_incompat(INCOMPAT_JEXT_SINGLE_IO),
+            Err(e) => return vec![format!("kernel check: cannot read the journal: {e}")],
+        };
+        let problems = match (private, self.mount_image()) {
+            (_, Err(e)) => vec![format!("kernel check: cannot run mount: {e}")],
+            // Refused, as it must be: Linux cannot tell a torn transaction from a whole one.
+            (true, Ok(Err(_))) => Vec::new(),
+            (true, Ok(Ok(()))) => {
+                let mut problems = vec![
+                    "kernel check: Linux mounted a journal that carries jext's private \
+                     single-I/O incompat bit"
+                        .to_string(),
+                ];
+                problems.extend(self.unmount());
+                problems
+            }
+            (false, Ok(Err(refusal))) => vec![format!(
+                "kernel check: Linux refuses to mount the crash image: {refusal}"
             )],
-            Ok(_) => {
+            (false, Ok(Ok(()))) => {
                 let mut problems = self.differences(rec, jext_view);
                 problems.extend(self.unmount());
                 problems
@@ -67,6 +82,19 @@ impl KernelCheck {
         };
         let _ = std::fs::remove_file(&self.image);
         problems
+    }
+
+    /// Loop-mounts the image: `Ok(Err(what Linux said))` when it refuses.
+    fn mount_image(&self) -> std::io::Result<Result<(), String>> {
+        let out = Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(&self.image)
+            .arg(&self.mountpoint)
+            .output()?;
+        if out.status.success() {
+            return Ok(Ok(()));
+        }
+        Ok(Err(String::from_utf8_lossy(&out.stderr).trim().to_string()))
     }
 
     /// Unmounts (the loop device goes with it), retrying while something briefly holds

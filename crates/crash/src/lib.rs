@@ -26,7 +26,8 @@ pub mod snapshot;
 pub mod states;
 pub mod workload;
 
-pub use explore::{explore, Config, Counts, Failure, Plan, Summary};
+pub use explore::{default_modes, explore, Config, Counts, Failure, Plan, Summary};
+pub use record::Mode;
 pub use repro::{replay, Replay, Reproducer};
 pub use states::Sampling;
 pub use workload::{Workload, WorkloadId};

@@ -15,7 +15,10 @@ use jext_fs::{
     mkfs, DataMode, FallocateMode, FileJournalMode, Fs, FsError, FsResult, Ino, MkfsOptions,
     MountOptions, RenameFlags, SetAttr, XattrSetMode,
 };
+use jext_journal::CommitMode;
 use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
 
 /// The simulated disk: small, so that each recovery and check is cheap.
@@ -72,10 +75,57 @@ impl Promise {
     }
 }
 
+/// What a recording mounts with: a data mode and a journal commit mode. Written as the
+/// data mode (`ordered`), with `+classic` for classic commits (`ordered+classic`);
+/// single-I/O commits are the default and have no suffix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mode {
+    pub data: DataMode,
+    pub commit: CommitMode,
+}
+
+impl From<DataMode> for Mode {
+    fn from(data: DataMode) -> Mode {
+        Mode {
+            data,
+            commit: CommitMode::default(),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.data)?;
+        if self.commit != CommitMode::default() {
+            write!(f, "+{}", self.commit.name())?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        let (data, commit) = s
+            .split_once('+')
+            .unwrap_or((s, CommitMode::default().name()));
+        let commit = [CommitMode::SingleIo, CommitMode::Classic]
+            .into_iter()
+            .find(|c| c.name() == commit)
+            .ok_or_else(|| {
+                format!("mode {s:?}: the commit mode after '+' is single_io or classic")
+            })?;
+        Ok(Mode {
+            data: data.parse().map_err(|e: FsError| e.to_string())?,
+            commit,
+        })
+    }
+}
+
 /// A recorded run.
 pub struct Recording {
     pub workload: Workload,
-    pub mode: DataMode,
+    pub mode: Mode,
     pub capture: CrashCapture,
     pub timeline: Timeline,
 }
@@ -100,9 +150,10 @@ pub struct Timeline {
 
 /// The mount options every recording and recovery uses: no timer commits, so the
 /// request log depends only on the workload.
-pub fn mount_options(mode: DataMode) -> MountOptions {
+pub fn mount_options(mode: Mode) -> MountOptions {
     MountOptions {
-        data_mode: mode,
+        data_mode: mode.data,
+        journal_commit: mode.commit,
         commit_interval_ms: 3_600_000,
         ..MountOptions::default()
     }
@@ -111,7 +162,7 @@ pub fn mount_options(mode: DataMode) -> MountOptions {
 /// Runs `workload` in `mode` from a fresh image. A failing setup or a file system error
 /// while reading the expected states is an error; an op that fails (unlink of a missing
 /// file) changes nothing and promises nothing.
-pub fn record(workload: &Workload, mode: DataMode, fault: Option<SimFault>) -> FsResult<Recording> {
+pub fn record(workload: &Workload, mode: Mode, fault: Option<SimFault>) -> FsResult<Recording> {
     let dev = Arc::new(SimDevice::new(IMAGE_BYTES));
     mkfs(
         dev.clone(),

@@ -2,7 +2,8 @@
 //! and checks exactly that state.
 //!
 //! The form is `WORKLOAD/MODE/POINT/SELECTION`, for example `ace1-17/journal/42/0,2` or
-//! `ace3-9/ordered/120/1,3:0f`: the workload id, the data mode, the crash point (how many
+//! `ace3-9/ordered/120/1,3:0f`: the workload id, the mode (data mode, `+classic` for
+//! classic journal commits: [`crate::record::Mode`]), the crash point (how many
 //! logged requests were issued) and which cached writes survived (see
 //! [`jext_device::Selection`]'s text form). `jext crash replay LINE` runs it.
 
@@ -10,10 +11,9 @@ use crate::explore::{Checker, E2fsck};
 use crate::generate;
 use crate::kernel::KernelCheck;
 use crate::oracle::{data_unit, NameCounts};
-use crate::record::record;
+use crate::record::{record, Mode};
 use crate::workload::WorkloadId;
 use jext_device::Selection;
-use jext_fs::DataMode;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -21,7 +21,7 @@ use std::str::FromStr;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reproducer {
     pub workload: WorkloadId,
-    pub mode: DataMode,
+    pub mode: Mode,
     pub point: usize,
     pub selection: String,
 }
@@ -47,7 +47,9 @@ impl FromStr for Reproducer {
         };
         Ok(Reproducer {
             workload: workload.parse()?,
-            mode: mode.parse().map_err(|e| format!("reproducer {s:?}: {e}"))?,
+            mode: mode
+                .parse()
+                .map_err(|e: String| format!("reproducer {s:?}: {e}"))?,
             point: point
                 .parse()
                 .map_err(|_| format!("reproducer {s:?}: crash point {point:?} is not a number"))?,
@@ -102,7 +104,7 @@ pub fn replay(
     let checker = Checker {
         rec: &rec,
         names: &names,
-        unit: data_unit(repro.mode, torn),
+        unit: data_unit(repro.mode.data, torn),
     };
     let mut e2fsck = E2fsck::new();
     let problems = checker.state(
@@ -138,5 +140,12 @@ mod tests {
             .unwrap_err()
             .contains("data="));
         assert!("ace1-1".parse::<Reproducer>().is_err());
+        let classic: Reproducer = "ace1-4/journal+classic/7/none".parse().unwrap();
+        assert_eq!(classic.mode.commit, jext_journal::CommitMode::Classic);
+        assert_eq!(classic.to_string(), "ace1-4/journal+classic/7/none");
+        assert!("ace1-1/ordered+later/3/none"
+            .parse::<Reproducer>()
+            .unwrap_err()
+            .contains("single_io or classic"));
     }
 }

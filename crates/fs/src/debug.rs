@@ -250,6 +250,16 @@ fn directory(fs: &Fs, path: &str) -> FsResult<String> {
     Ok(out)
 }
 
+/// The journal superblock of the file system on `device`, as it is on disk (read only).
+pub fn journal_superblock(
+    device: Arc<dyn BlockDevice>,
+) -> FsResult<jext_journal::format::JournalSuperblock> {
+    let io = IoQueue::new(device);
+    let sb = read_superblock(&io)?;
+    let area = journal_area(&io, &sb)?;
+    Ok(jext_journal::recovery::read_superblock(&io, &area)?)
+}
+
 fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
     let io = IoQueue::new(device);
     let sb = read_superblock(&io)?;

@@ -229,6 +229,7 @@ pub(crate) fn mount(
             fast_commit: sb.has_compat(features::COMPAT_FAST_COMMIT),
         },
         read_only: options.read_only,
+        commit_mode: options.journal_commit,
         ..JournalConfig::default()
     };
     let journal = Arc::new(Journal::load(io.clone(), area, journal_config)?);

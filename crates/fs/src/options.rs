@@ -4,6 +4,7 @@
 //! ignores one, because a silently ignored `data=journal` is a durability bug.
 
 use crate::error::{FsError, FsResult};
+use jext_journal::CommitMode;
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
@@ -85,6 +86,9 @@ pub struct MountOptions {
     pub atime: AtimeUpdates,
     /// `nodiratime`: reading a directory never moves its access time.
     pub no_dir_atime: bool,
+    /// `journal_commit=single_io` (the default) or `classic`: a commit is one write and
+    /// one flush, or the logged blocks, a flush and an FUA commit block (JBD2's way).
+    pub journal_commit: CommitMode,
 }
 
 impl Default for MountOptions {
@@ -99,6 +103,7 @@ impl Default for MountOptions {
             acl: true,
             atime: AtimeUpdates::Relative,
             no_dir_atime: false,
+            journal_commit: CommitMode::default(),
         }
     }
 }
@@ -198,6 +203,18 @@ impl MountOptions {
                 self.no_dir_atime = name == "nodiratime";
             }
             "cache_size" => self.cache_size_bytes = parse_size(name, need_value()?)?,
+            "journal_commit" => {
+                self.journal_commit = match need_value()? {
+                    "single_io" => CommitMode::SingleIo,
+                    "classic" => CommitMode::Classic,
+                    other => {
+                        return Err(FsError::Invalid(format!(
+                            "journal_commit={other}: expected journal_commit=single_io or \
+                             journal_commit=classic"
+                        )))
+                    }
+                }
+            }
             other => return Err(FsError::Invalid(format!("unknown mount option {other:?}"))),
         }
         Ok(())
@@ -317,6 +334,10 @@ mod tests {
         assert_eq!(o.errors, ErrorBehavior::Continue);
         assert_eq!(o.cache_size_bytes, 64 << 20);
         assert_eq!(MountOptions::parse("").unwrap(), MountOptions::default());
+        for mode in [CommitMode::Classic, CommitMode::SingleIo] {
+            let text = format!("journal_commit={}", mode.name());
+            assert_eq!(MountOptions::parse(&text).unwrap().journal_commit, mode);
+        }
     }
 
     #[test]
@@ -328,6 +349,7 @@ mod tests {
             ("ro=1", "ro takes no value"),
             ("data", "data needs a value"),
             ("cache_size=lots", "cache_size=lots"),
+            ("journal_commit=fast", "journal_commit=fast"),
         ] {
             let err = MountOptions::parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");

@@ -129,6 +129,12 @@ impl<'a> Tx<'a> {
         })
     }
 
+    /// Data was written in place under this handle and must be durable before the
+    /// transaction commits (data=ordered).
+    pub fn note_ordered_data(&mut self) {
+        self.handle().note_ordered_data();
+    }
+
     /// Records that inode `ino`'s size or block map changed in this transaction.
     pub fn mark_datasync(&mut self, ino: u32) {
         let tid = self.tid();

@@ -11,12 +11,16 @@
 //! 3. **dispatch** revoke, descriptor and logged blocks as one epoch. On a device with a
 //!    barrier write the last of them is a barrier write and the commit block follows at
 //!    once as another (the paper's JD and JC, back to back); the commit thread waits only
-//!    until they are dispatched and publishes the dispatched tid. On any other device the
-//!    commit block is left to the flush thread, which writes it after a flush.
+//!    until they are dispatched and publishes the dispatched tid. On any other device,
+//!    with single-I/O commits (`crate::log::CommitMode`) the commit block goes in the same
+//!    batch, one sequential write, and the flush thread's one flush makes it durable;
+//!    with classic commits it is left to the flush thread, which writes it after a flush.
 //!
 //! Promises: transactions are dispatched in tid order, each into log blocks reserved for
 //! it alone; a transaction's commit block is never issued here before its logged blocks,
-//! and never here at all on a device that cannot keep a barrier. Never waits for a flush.
+//! and never here at all on a device that cannot keep a barrier, except in the same
+//! write as them (single I/O, which recovery's every-block check makes atomic). Never
+//! waits for a flush.
 
 use crate::journal::{CommittingTransaction, Shared, State};
 use crate::tid::{tid_geq, Tid};
@@ -98,7 +102,7 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
         })
         .collect();
     let revokes: Vec<u64> = t.revokes.into_iter().collect();
-    match reserve_and_dispatch(shared, &mut st, tid, blocks, revokes) {
+    match reserve_and_dispatch(shared, &mut st, tid, blocks, revokes, t.ordered_data) {
         Ok(()) => {}
         Err(err) => shared.abort(&mut st, err),
     }
@@ -115,6 +119,7 @@ fn reserve_and_dispatch(
     tid: Tid,
     blocks: Vec<(u64, Arc<[u8]>)>,
     revokes: Vec<u64>,
+    ordered_data: bool,
 ) -> Result<(), JournalError> {
     let layout = &shared.layout;
     let needed = layout.log_blocks_needed(blocks.len(), revokes.len());
@@ -176,6 +181,23 @@ fn reserve_and_dispatch(
     let committing = st.committing.len() as u64;
     st.stats.max_committing = st.stats.max_committing.max(committing);
     let barrier_device = shared.barrier_device;
+    // Single I/O: the commit block joins the logged blocks in the same batch, which the
+    // IO layer merges into one write per contiguous range (split where the log wraps);
+    // the flush thread's one flush makes the whole transaction durable. Recovery counts
+    // it only if every block checks. Not when data was written in place for it: that
+    // data must be durable before the commit block (a flush between them), or a crash
+    // could keep the commit and lose the data, showing stale blocks (why Linux refuses
+    // journal_async_commit with data=ordered).
+    let single_io = !barrier_device && layout.single_io() && !ordered_data;
+    if single_io {
+        st.stats.single_io_commits += 1;
+        let commit = layout.commit_block(tid, std::time::SystemTime::now());
+        requests.push(WriteRequest::new(
+            shared.area.byte_offset(commit_position),
+            commit,
+            IoFlags::ORDERED,
+        ));
+    }
     if barrier_device {
         // The paper's JD and JC: two barrier writes, back to back. The device keeps the
         // epochs, so the commit block cannot persist before the logged blocks.
@@ -207,7 +229,7 @@ fn reserve_and_dispatch(
         .find(|t| t.tid == tid)
         .expect("only the flush thread removes committing transactions, once issued");
     entry.log_ticket = Some(ticket);
-    entry.commit_issued = barrier_device;
+    entry.commit_issued = barrier_device || single_io;
     dispatched?;
     if barrier_device {
         shared.publish_dispatched(st, tid);

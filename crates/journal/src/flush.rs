@@ -6,6 +6,9 @@
 //! - on a device with a barrier write, the commit blocks are already out, in order behind
 //!   their logged blocks: one flush (none if the device has no volatile cache) makes them
 //!   all durable;
+//! - with single-I/O commits (no barrier write), the commit blocks went out in the same
+//!   write as their transactions: one flush makes the round durable, and is the only
+//!   ordering there is, so a round asked for ordering (fbarrier) is a durable one;
 //! - on any other device, nothing orders a commit block behind its logged blocks but a
 //!   flush (the IO layer never pretends): the round waits until the logged blocks
 //!   transferred, flushes, then writes the commit blocks (publishing them dispatched:
@@ -74,8 +77,13 @@ fn wait_for_work(shared: &Shared, st: &mut MutexGuard<'_, State>) -> Option<bool
             .map(|t| (t.tid, t.commit_issued))
             .collect();
         if let Some(&(first, _)) = issued.first() {
-            let durable =
-                st.helpers_stop || st.durable_requested.is_some_and(|r| tid_geq(r, first));
+            // Single-I/O commit blocks are already out with their transactions: only a
+            // flush can order what follows them, so an ordering asked for costs one.
+            let ordering_is_durability = shared.layout.single_io() && !shared.barrier_device;
+            let durable = st.helpers_stop
+                || st.durable_requested.is_some_and(|r| tid_geq(r, first))
+                || (ordering_is_durability
+                    && st.dispatch_requested.is_some_and(|r| tid_geq(r, first)));
             let ordering = issued
                 .iter()
                 .find(|(_, done)| !done)

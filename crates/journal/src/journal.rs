@@ -43,7 +43,7 @@
 //! waits for the last handle: never by every handle that stops.
 
 use crate::jbuf::JBuf;
-use crate::log::{LogFeatures, LogLayout};
+use crate::log::{CommitMode, LogFeatures, LogLayout};
 use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::{JournalArea, JournalError};
 use jext_io::{IoQueue, IoTicket};
@@ -66,6 +66,8 @@ pub struct JournalConfig {
     pub barrier: bool,
     /// Features to turn on in the journal superblock at load.
     pub features: LogFeatures,
+    /// How a commit reaches the disk (`crate::log`).
+    pub commit_mode: CommitMode,
     /// Write nothing at load (a read-only mount): turned-on features then reach the disk
     /// with the superblock the first commit writes, if a remount ever allows one.
     pub read_only: bool,
@@ -78,6 +80,7 @@ impl Default for JournalConfig {
             max_transaction_blocks: None,
             barrier: true,
             features: LogFeatures::default(),
+            commit_mode: CommitMode::default(),
             read_only: false,
         }
     }
@@ -105,6 +108,9 @@ pub struct JournalStats {
     /// Times the commit thread woke up (asked, due, or its timer), to show that stopping
     /// a handle does not wake it.
     pub commit_thread_wakeups: u64,
+    /// Commits written as one write with their commit block (`CommitMode::SingleIo`);
+    /// the others had ordered data to make durable first, or single I/O is off.
+    pub single_io_commits: u64,
 }
 
 /// The journal of one mounted file system.
@@ -211,6 +217,9 @@ pub(crate) struct RunningTransaction {
     pub(crate) buffers: BTreeMap<u64, Arc<JBuf>>,
     pub(crate) revokes: BTreeSet<u64>,
     pub(crate) started_at: Instant,
+    /// Data written in place under its handles (data=ordered) must be durable before its
+    /// commit block: it commits the classic way, behind a flush.
+    pub(crate) ordered_data: bool,
 }
 
 impl RunningTransaction {
@@ -223,6 +232,7 @@ impl RunningTransaction {
             buffers: BTreeMap::new(),
             revokes: BTreeSet::new(),
             started_at: Instant::now(),
+            ordered_data: false,
         }
     }
 
@@ -259,7 +269,13 @@ impl Journal {
         area: JournalArea,
         config: JournalConfig,
     ) -> Result<Journal, JournalError> {
-        let layout = LogLayout::load(&io, &area, config.features, !config.read_only)?;
+        let layout = LogLayout::load(
+            &io,
+            &area,
+            config.features,
+            config.commit_mode,
+            !config.read_only,
+        )?;
         let log_len = layout.last - layout.first;
         let max_transaction_blocks = config
             .max_transaction_blocks
@@ -771,6 +787,18 @@ impl Handle {
             t.revokes.insert(block);
         }
         Ok(())
+    }
+
+    /// Says that data was written in place under this handle (data=ordered) and must be
+    /// durable before the transaction's commit block: the transaction then commits the
+    /// classic way (flush, then commit block), whatever `CommitMode` says.
+    pub fn note_ordered_data(&mut self) {
+        assert!(!self.stopped, "a stopped handle was used");
+        let mut st = self.shared.state.lock();
+        if let Some(t) = st.running.as_mut() {
+            debug_assert_eq!(t.tid, self.tid);
+            t.ordered_data = true;
+        }
     }
 
     /// Ends the handle (also done on drop).

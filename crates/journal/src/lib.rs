@@ -22,6 +22,6 @@ pub use area::{AreaRun, JournalArea};
 pub use error::JournalError;
 pub use jbuf::JBuf;
 pub use journal::{Handle, Journal, JournalConfig, JournalStats};
-pub use log::LogFeatures;
+pub use log::{CommitMode, LogFeatures};
 pub use recovery::{recover, scan, RecoveryReport, ScanReport};
 pub use tid::{tid_geq, tid_gt, Tid};

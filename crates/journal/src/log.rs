@@ -3,8 +3,16 @@
 //! followed by the blocks they describe, then the commit block).
 //!
 //! Nothing here does IO except [`LogLayout::load`]; the commit path decides when to write.
+//!
+//! [`CommitMode`] says how a transaction reaches the disk. `Classic` is JBD2's: the
+//! logged blocks, a flush, then the commit block with FUA (two syncs). `SingleIo` (JoJ's
+//! single-I/O commit): revoke, descriptor, logged and commit blocks in one sequential
+//! write, split only where the log wraps, then one flush. It is crash-atomic only because
+//! jext's recovery counts a transaction only when every block of it checks, which needs
+//! checksum v3; the journal superblock carries `JEXT_SINGLE_IO` whenever the log is not
+//! empty, so Linux refuses such a log instead of replaying a torn transaction.
 
-use crate::format::blocks::{needs_escape, CommitBlock, LogFormat, Tag};
+use crate::format::blocks::{needs_escape, CommitBlock, Csum, LogFormat, Tag};
 use crate::format::superblock::JournalSuperblock;
 use crate::recovery::{read_superblock, write_superblock};
 use crate::tid::Tid;
@@ -26,6 +34,27 @@ pub struct LogFeatures {
     pub fast_commit: bool,
 }
 
+/// How a commit reaches the disk (module comment); mount option `journal_commit=`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommitMode {
+    /// One sequential write (descriptors, logged blocks, commit block) and one flush.
+    /// Falls back to `Classic` on a journal without checksum v3.
+    #[default]
+    SingleIo,
+    /// The logged blocks, a flush, then the commit block with FUA (JBD2's way).
+    Classic,
+}
+
+impl CommitMode {
+    /// The mount option's value for this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            CommitMode::SingleIo => "single_io",
+            CommitMode::Classic => "classic",
+        }
+    }
+}
+
 pub(crate) struct LogLayout {
     /// First journal block of the circular log.
     pub first: u32,
@@ -35,6 +64,8 @@ pub(crate) struct LogLayout {
     superblock: JournalSuperblock,
     /// The bytes of journal block 0 beyond the superblock, kept as they are.
     block0: Vec<u8>,
+    /// Commits go out as one write and one flush (`CommitMode::SingleIo` on a v3 log).
+    single_io: bool,
 }
 
 impl LogLayout {
@@ -44,6 +75,7 @@ impl LogLayout {
         io: &IoQueue,
         area: &JournalArea,
         features: LogFeatures,
+        commit_mode: CommitMode,
         write: bool,
     ) -> Result<LogLayout, JournalError> {
         let mut superblock = read_superblock(io, area)?;
@@ -57,18 +89,27 @@ impl LogLayout {
         if features.fast_commit {
             superblock.enable_fast_commit();
         }
+        // An empty log holds no single-I/O transaction.
+        superblock.set_single_io(false);
         if write && superblock != before {
             write_superblock(io, area, &superblock, IoFlags::PREFLUSH | IoFlags::FUA)?;
         }
         let mut block0 = vec![0u8; area.block_size as usize];
         io.read(area.byte_offset(0), &mut block0)?;
+        let format = LogFormat::from_superblock(&superblock);
         Ok(LogLayout {
             first: superblock.first(),
             last: superblock.log_end(),
-            format: LogFormat::from_superblock(&superblock),
+            single_io: commit_mode == CommitMode::SingleIo && format.csum == Csum::V3,
+            format,
             superblock,
             block0,
         })
+    }
+
+    /// Whether commits go out as one write and one flush.
+    pub fn single_io(&self) -> bool {
+        self.single_io
     }
 
     /// The tid the next transaction must carry.
@@ -159,6 +200,9 @@ impl LogLayout {
         let mut sb = self.superblock.clone();
         sb.set_start(start);
         sb.set_sequence(sequence);
+        // Set before the first single-I/O commit can count (it goes out in the same
+        // write, in the superblock's first sector), cleared with the last.
+        sb.set_single_io(self.single_io && start != 0);
         let mut block = self.block0.clone();
         let bytes = sb.encode();
         block[..bytes.len()].copy_from_slice(&bytes);

@@ -14,6 +14,11 @@
 //! run over all logs' transactions merged in tid order. A log is described by
 //! [`LogBounds`], not by a JBD2 superblock, so that logs without one can take part.
 //!
+//! A log whose superblock carries JEXT_SINGLE_IO (`crate::log::CommitMode::SingleIo`)
+//! wrote each transaction with its commit block in one write: there, a transaction counts
+//! only if every block of it checks (descriptor and revoke tails, each tag, the commit
+//! block), and the first that does not is the torn tail that ends the log.
+//!
 //! Promises: nothing is written unless every copy to replay verified and every home block
 //! is on the device outside the journal; a committed transaction whose contents do not
 //! verify is an error naming the journal block, the tid and the home block, never skipped.
@@ -22,7 +27,9 @@
 
 use crate::format::blocks::{unescape, BlockKind, CommitBlock, Csum, LogFormat, Tag};
 use crate::format::crc32_be;
-use crate::format::superblock::{JournalSuperblock, INCOMPAT_ASYNC_COMMIT};
+use crate::format::superblock::{
+    JournalSuperblock, INCOMPAT_ASYNC_COMMIT, INCOMPAT_JEXT_SINGLE_IO,
+};
 use crate::tid::{tid_geq, Tid};
 use crate::{JournalArea, JournalError};
 use jext_io::{IoFlags, IoQueue, WriteRequest};
@@ -43,6 +50,9 @@ pub struct LogBounds {
     pub sequence: Tid,
     /// ASYNC_COMMIT: a commit block may reach the disk before its transaction's blocks.
     pub async_commit: bool,
+    /// JEXT_SINGLE_IO: transactions were written with their commit block in one write;
+    /// the first whose blocks do not all check is the torn tail and ends the log.
+    pub single_io: bool,
 }
 
 impl LogBounds {
@@ -55,6 +65,7 @@ impl LogBounds {
             start: sb.start(),
             sequence: sb.sequence(),
             async_commit: sb.has_incompat(INCOMPAT_ASYNC_COMMIT),
+            single_io: sb.has_incompat(INCOMPAT_JEXT_SINGLE_IO),
         }
     }
 
@@ -363,6 +374,12 @@ impl Scanner<'_> {
                     commit.commit_sec, self.last_commit_sec
                 )));
             }
+            if self.bounds.single_io {
+                return Ok(Step::End(format!(
+                    "journal block {bad}: a descriptor or revoke block of transaction {tid} \
+                     does not check: the torn tail of a single-I/O commit"
+                )));
+            }
             return Err(JournalError::Corrupt {
                 structure: "descriptor or revoke block",
                 journal_block: bad,
@@ -391,7 +408,16 @@ impl Scanner<'_> {
             blocks: pending.blocks,
             revokes: pending.revokes,
         };
-        if self.bounds.async_commit {
+        if self.bounds.single_io {
+            // Written in one write with its commit block, flushed once after: torn unless
+            // every block checks. Only the last flush's writes can be torn, and nothing
+            // written with or after them was acknowledged, so the log ends here.
+            if let Err(err) = verify_copies(self.io, self.area, format, &transaction, |_| true) {
+                return Ok(Step::End(format!(
+                    "transaction {tid} is the torn tail of a single-I/O commit: {err}"
+                )));
+            }
+        } else if self.bounds.async_commit {
             if let Err(err) = verify_copies(self.io, self.area, format, &transaction, |_| true) {
                 self.torn_candidate = Some((tid, err));
             }
@@ -720,7 +746,7 @@ fn mark_empty(io: &IoQueue, scan: &AreaScan<'_>) -> Result<(), JournalError> {
 mod tests {
     use super::*;
     use crate::format::JBD2_MAGIC;
-    use crate::log::{LogFeatures, LogLayout};
+    use crate::log::{CommitMode, LogFeatures, LogLayout};
     use jext_device::{BlockDevice, SimDevice};
     use std::time::SystemTime;
 
@@ -740,7 +766,7 @@ mod tests {
             wide_blocks: true,
             fast_commit: false,
         };
-        let layout = LogLayout::load(&io, &area, features, true).unwrap();
+        let layout = LogLayout::load(&io, &area, features, CommitMode::Classic, true).unwrap();
         let tid = layout.sequence();
         let mut escaped = vec![1u8; block_size];
         escaped[..4].copy_from_slice(&JBD2_MAGIC.to_be_bytes());

@@ -1,12 +1,15 @@
 //! The journal over a simulated device: what committed survives a crash, what did not
 //! commit does not, revokes and checkpoints and wrap-around are honoured, a lone commit on
 //! a device without a barrier write costs one flush (before its commit block) and one FUA
-//! write (the commit block), and an IO error aborts without losing commits.
+//! write (the commit block) when classic, and one write and one flush with single I/O,
+//! whose torn tail recovery drops, and an IO error aborts without losing commits.
 
 use jext_device::{BlockDevice, SimDevice, SimFault};
 use jext_io::IoQueue;
 use jext_journal::format::JournalSuperblock;
-use jext_journal::{recover, JBuf, Journal, JournalArea, JournalConfig, JournalError, LogFeatures};
+use jext_journal::{
+    recover, CommitMode, JBuf, Journal, JournalArea, JournalConfig, JournalError, LogFeatures,
+};
 use std::sync::Arc;
 
 const BS: u32 = 1024;
@@ -58,6 +61,14 @@ fn load(rig: &Rig) -> Journal {
     Journal::load(rig.io.clone(), rig.area.clone(), config()).unwrap()
 }
 
+fn load_with(rig: &Rig, commit_mode: CommitMode) -> Journal {
+    let config = JournalConfig {
+        commit_mode,
+        ..config()
+    };
+    Journal::load(rig.io.clone(), rig.area.clone(), config).unwrap()
+}
+
 fn home(rig: &Rig, block: u64) -> Vec<u8> {
     let mut buf = vec![0u8; BS as usize];
     rig.dev.read_at(block * u64::from(BS), &mut buf).unwrap();
@@ -100,22 +111,82 @@ fn committed_transactions_survive_a_crash_and_uncommitted_ones_do_not() {
     assert!(recover_rig(&after).unwrap().was_clean);
 }
 
-#[test]
-fn a_lone_commit_costs_one_flush_and_one_fua_write() {
+/// The device requests of one commit after the first (which also points the superblock
+/// at the log): (writes, flushes, FUA writes).
+fn lone_commit_cost(commit_mode: CommitMode) -> (u64, u64, u64) {
     let rig = fresh(1024);
-    let journal = load(&rig);
+    let journal = load_with(&rig, commit_mode);
     let buf = buffer(200);
     change(&journal, &buf, 9);
-    journal.commit_all().unwrap(); // the first commit also points the superblock at the log
+    journal.commit_all().unwrap();
     let before = rig.dev.counters().snapshot();
     let tid = change(&journal, &buf, 10);
     journal.commit_and_wait(tid).unwrap();
     let delta = rig.dev.counters().snapshot() - before;
-    assert_eq!((delta.flushes, delta.fua_writes), (1, 1), "{delta:?}");
+    (delta.writes, delta.flushes, delta.fua_writes)
+}
+
+#[test]
+fn a_lone_classic_commit_costs_one_flush_and_one_fua_write() {
     assert_eq!(
-        delta.writes, 2,
-        "descriptor+block in one merged write, then the commit block"
+        lone_commit_cost(CommitMode::Classic),
+        (2, 1, 1),
+        "descriptor+block in one merged write, a flush, then the commit block with FUA"
     );
+}
+
+#[test]
+fn a_lone_single_io_commit_is_one_write_and_one_flush() {
+    assert_eq!(
+        lone_commit_cost(CommitMode::SingleIo),
+        (1, 1, 0),
+        "descriptor, block and commit block in one write, then one flush"
+    );
+}
+
+/// A single-I/O transaction whose logged block did not all reach the disk (the crash
+/// came before its flush) is the torn tail: recovery drops it and keeps what came before;
+/// and the journal superblock said so to Linux meanwhile (the private incompat bit).
+#[test]
+fn a_torn_single_io_transaction_ends_the_log() {
+    let rig = fresh(1024);
+    let journal = load_with(&rig, CommitMode::SingleIo);
+    let tid = change(&journal, &buffer(610), 1);
+    journal.commit_and_wait(tid).unwrap();
+    let tid2 = change(&journal, &buffer(611), 2);
+    journal.commit_and_wait(tid2).unwrap();
+    let crashed = rig.dev.crash();
+    let mut sb = vec![0u8; 1024];
+    crashed
+        .read_at(JOURNAL_START * u64::from(BS), &mut sb)
+        .unwrap();
+    let incompat = u32::from_be_bytes([sb[0x28], sb[0x29], sb[0x2A], sb[0x2B]]);
+    assert_ne!(
+        incompat & 0x8000_0000,
+        0,
+        "JEXT_SINGLE_IO while the log is live"
+    );
+    // Transaction 2's logged block (desc 4, block 5, commit 6): one sector never written.
+    let logged = (JOURNAL_START + 5) * u64::from(BS);
+    crashed.write_at(logged + 512, &[0u8; 512], false).unwrap();
+    let after = reopen(crashed);
+    let report = recover_rig(&after).unwrap();
+    assert_eq!(report.last_tid, Some(tid));
+    assert_eq!(home(&after, 610)[0], 1);
+    assert_eq!(
+        home(&after, 611)[0],
+        0,
+        "the torn transaction is not replayed"
+    );
+    // The log is empty again, without the bit, and loads.
+    let again = load(&after);
+    again.shutdown().unwrap();
+    let mut sb = vec![0u8; 1024];
+    after
+        .dev
+        .read_at(JOURNAL_START * u64::from(BS), &mut sb)
+        .unwrap();
+    assert_eq!(sb[0x28] & 0x80, 0, "a clean log carries no private bit");
 }
 
 #[test]
@@ -215,7 +286,8 @@ fn escaped_blocks_come_back_with_their_magic() {
 #[test]
 fn a_corrupt_block_inside_a_committed_transaction_is_an_error_not_a_skip() {
     let rig = fresh(1024);
-    let journal = load(&rig);
+    // Classic: the logged blocks were durable before the commit block was written.
+    let journal = load_with(&rig, CommitMode::Classic);
     let tid = change(&journal, &buffer(600), 1);
     journal.commit_and_wait(tid).unwrap();
     let crashed = rig.dev.crash();

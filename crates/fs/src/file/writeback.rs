@@ -307,6 +307,10 @@ fn put_data(
     }
     if !requests.is_empty() {
         tx.fs.io.submit(requests).wait()?;
+        // data=writeback promises no order between data and the commit that maps it.
+        if tx.fs.options.data_mode != crate::options::DataMode::Writeback {
+            tx.note_ordered_data();
+        }
     }
     Ok(())
 }

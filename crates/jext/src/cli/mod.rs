@@ -158,7 +158,8 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         jobs: Option<usize>,
-        /// Only this data mode (repeatable): ordered, journal, writeback.
+        /// Only this mode (repeatable): ordered, journal, writeback, each optionally with
+        /// +classic for classic journal commits (default: all six).
         #[arg(long = "mode")]
         modes: Vec<String>,
         /// Only this workload (repeatable), e.g. ace1-17, ace3-5, create-delete-10.

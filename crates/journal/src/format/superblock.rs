@@ -20,7 +20,8 @@
 //! 0x020 4    s_errno            error the journal was aborted with (negative errno)
 //! 0x024 4    s_feature_compat   0x1 CHECKSUM (v1 checksums: crc32_be in commit blocks)
 //! 0x028 4    s_feature_incompat 0x1 REVOKE, 0x2 64BIT, 0x4 ASYNC_COMMIT, 0x8 CSUM_V2,
-//!                               0x10 CSUM_V3, 0x20 FAST_COMMIT
+//!                               0x10 CSUM_V3, 0x20 FAST_COMMIT; jext's own:
+//!                               0x8000_0000 JEXT_SINGLE_IO (see below)
 //! 0x02C 4    s_feature_ro_compat (none defined)
 //! 0x030 16   s_uuid             journal uuid; seeds every v2/v3 checksum
 //! 0x040 4    s_nr_users         file systems sharing the journal (1 for an inode journal)
@@ -35,6 +36,14 @@
 //! 0x0FC 4    s_checksum         crc32c_raw(!0, these 1024 bytes with this field 0)
 //! 0x100 768  s_users            16-byte uuids of the sharing file systems
 //! ```
+//!
+//! `JEXT_SINGLE_IO` (jext only, never set by Linux): the log may hold transactions written
+//! as one sequential write with their commit block and made durable by one flush after
+//! it, so a crash can leave a commit block whose transaction's blocks did not all reach the
+//! disk. Recovery must then count a transaction only if every block of it checks (v3 tag,
+//! descriptor and revoke tails, commit) and end the log at the first that does not. Linux
+//! and e2fsck refuse a journal with an unknown incompat bit instead of replaying such a
+//! torn transaction; jext sets the bit only while the log is not empty.
 //!
 //! The log is journal blocks `[s_first, log_end)`, `log_end = s_maxlen - num_fc_blocks`;
 //! the kernel puts the fast-commit blocks at `[log_end + 1, s_maxlen)` and uses block
@@ -58,23 +67,28 @@ pub const INCOMPAT_ASYNC_COMMIT: u32 = 0x4;
 pub const INCOMPAT_CSUM_V2: u32 = 0x8;
 pub const INCOMPAT_CSUM_V3: u32 = 0x10;
 pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
+/// jext's private bit: single-I/O commits may be live in the log (module comment). The
+/// highest bit, far from any Linux will define next.
+pub const INCOMPAT_JEXT_SINGLE_IO: u32 = 0x8000_0000;
 
 /// The incompat features jext knows, by e2fsprogs' names (1.47.0 prints the last as
 /// `FEATURE_I5`).
-const INCOMPAT_NAMES: [(u32, &str); 6] = [
+const INCOMPAT_NAMES: [(u32, &str); 7] = [
     (INCOMPAT_REVOKE, "journal_incompat_revoke"),
     (INCOMPAT_64BIT, "journal_64bit"),
     (INCOMPAT_ASYNC_COMMIT, "journal_async_commit"),
     (INCOMPAT_CSUM_V2, "journal_checksum_v2"),
     (INCOMPAT_CSUM_V3, "journal_checksum_v3"),
     (INCOMPAT_FAST_COMMIT, "journal_fast_commit"),
+    (INCOMPAT_JEXT_SINGLE_IO, "jext_single_io_commit"),
 ];
 const INCOMPAT_KNOWN: u32 = INCOMPAT_REVOKE
     | INCOMPAT_64BIT
     | INCOMPAT_ASYNC_COMMIT
     | INCOMPAT_CSUM_V2
     | INCOMPAT_CSUM_V3
-    | INCOMPAT_FAST_COMMIT;
+    | INCOMPAT_FAST_COMMIT
+    | INCOMPAT_JEXT_SINGLE_IO;
 
 pub const CHECKSUM_TYPE_CRC32C: u8 = 4;
 /// Fast-commit blocks when the feature is on and `s_num_fc_blks` is 0 (the kernel's
@@ -206,12 +220,21 @@ impl JournalSuperblock {
 
     /// Marks the log empty the way the kernel does after recovery: no start, the next
     /// transaction `sequence`, the block after the last replayed commit as `s_head`, and
-    /// no FAST_COMMIT (the file system turns it back on at mount).
+    /// no FAST_COMMIT (the file system turns it back on at mount), and no
+    /// JEXT_SINGLE_IO (an empty log holds no single-I/O transaction).
     pub fn mark_empty(&mut self, sequence: u32, head: u32) {
         self.set_start(0);
         self.set_sequence(sequence);
         self.set_head(head);
-        self.set_feature_incompat(self.feature_incompat() & !INCOMPAT_FAST_COMMIT);
+        let cleared = INCOMPAT_FAST_COMMIT | INCOMPAT_JEXT_SINGLE_IO;
+        self.set_feature_incompat(self.feature_incompat() & !cleared);
+    }
+
+    /// Sets or clears JEXT_SINGLE_IO.
+    pub fn set_single_io(&mut self, live: bool) {
+        let incompat = self.feature_incompat() & !INCOMPAT_JEXT_SINGLE_IO;
+        let bit = if live { INCOMPAT_JEXT_SINGLE_IO } else { 0 };
+        self.set_feature_incompat(incompat | bit);
     }
 
     /// Turns on FAST_COMMIT: the last `s_num_fc_blks` blocks (256 if 0) leave the log.
@@ -420,6 +443,32 @@ mod tests {
         JournalSuperblock::decode(bytes, area_blocks)
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn the_single_io_bit_is_known_named_and_gone_when_the_log_is_empty() {
+        let mut sb = JournalSuperblock::new(4096, 16384, [9; 16]);
+        sb.enable_csum_v3(true);
+        sb.set_start(3);
+        sb.set_single_io(true);
+        let bytes = sb.encode();
+        assert_eq!(
+            u32_at(&bytes, 0x28) & 0x8000_0000,
+            0x8000_0000,
+            "s_feature_incompat"
+        );
+        let back = JournalSuperblock::decode(&bytes, 16384).unwrap();
+        assert!(back.has_incompat(INCOMPAT_JEXT_SINGLE_IO));
+        assert!(incompat_names(back.feature_incompat()).contains("jext_single_io_commit"));
+        let mut emptied = back.clone();
+        emptied.mark_empty(9, 3);
+        assert!(!emptied.has_incompat(INCOMPAT_JEXT_SINGLE_IO));
+        assert!(
+            emptied.has_incompat(INCOMPAT_CSUM_V3),
+            "other features stay"
+        );
+        sb.set_single_io(false);
+        assert!(!sb.has_incompat(INCOMPAT_JEXT_SINGLE_IO));
     }
 
     #[test]
