@@ -112,6 +112,34 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
     st
 }
 
+/// Before the first single-I/O commit since the log was last empty: JEXT_SINGLE_IO must
+/// be on disk before any torn single-I/O transaction could be, or Linux would replay one.
+/// A log the superblock calls empty gets it with the superblock that goes out in the same
+/// batch as the transaction (its first sector: either both reach the disk or the log
+/// still says empty). A live log gets a superblock rewrite with FUA first, serialized
+/// with the checkpoint's own superblock writes; later superblocks keep the bit.
+fn announce_single_io(
+    shared: &Shared,
+    st: &mut MutexGuard<'_, State>,
+    tid: Tid,
+) -> Result<(), JournalError> {
+    shared.layout.set_single_io_bit();
+    if st.superblock_says_empty {
+        return Ok(());
+    }
+    MutexGuard::unlocked(st, || {
+        // The checkpoint takes `checkpoint_io` before the state lock, so this does too.
+        let _io = shared.checkpoint_io.lock();
+        let (tail, tail_tid) = {
+            let st = shared.state.lock();
+            let oldest = st.in_log.front().map_or(tid, |(t, _)| *t);
+            (st.log.tail, oldest)
+        };
+        let sb = shared.layout.superblock_block(tail, tail_tid);
+        crate::checkpoint::write_superblock(shared, sb)
+    })
+}
+
 /// Stages 2 and 3. Returns with the transaction on the committing list, its IO issued.
 fn reserve_and_dispatch(
     shared: &Shared,
@@ -140,6 +168,18 @@ fn reserve_and_dispatch(
         st.checkpoint_requested = true;
         shared.checkpoint_wake.notify_one();
         shared.changed.wait(st);
+    }
+    let barrier_device = shared.barrier_device;
+    // Single I/O: the commit block joins the logged blocks in the same batch, which the
+    // IO layer merges into one write per contiguous range (split where the log wraps);
+    // the flush thread's one flush makes the whole transaction durable. Recovery counts
+    // it only if every block checks. Not when data was written in place for it: that
+    // data must be durable before the commit block (a flush between them), or a crash
+    // could keep the commit and lose the data, showing stale blocks (why Linux refuses
+    // journal_async_commit with data=ordered).
+    let single_io = !barrier_device && layout.single_io() && !ordered_data;
+    if single_io && !layout.single_io_bit() {
+        announce_single_io(shared, st, tid)?;
     }
     let start = st.log.head;
     let mut requests = Vec::with_capacity(needed as usize + 1);
@@ -180,15 +220,6 @@ fn reserve_and_dispatch(
     });
     let committing = st.committing.len() as u64;
     st.stats.max_committing = st.stats.max_committing.max(committing);
-    let barrier_device = shared.barrier_device;
-    // Single I/O: the commit block joins the logged blocks in the same batch, which the
-    // IO layer merges into one write per contiguous range (split where the log wraps);
-    // the flush thread's one flush makes the whole transaction durable. Recovery counts
-    // it only if every block checks. Not when data was written in place for it: that
-    // data must be durable before the commit block (a flush between them), or a crash
-    // could keep the commit and lose the data, showing stale blocks (why Linux refuses
-    // journal_async_commit with data=ordered).
-    let single_io = !barrier_device && layout.single_io() && !ordered_data;
     if single_io {
         st.stats.single_io_commits += 1;
         let commit = layout.commit_block(tid, std::time::SystemTime::now());

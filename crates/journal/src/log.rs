@@ -9,8 +9,10 @@
 //! single-I/O commit): revoke, descriptor, logged and commit blocks in one sequential
 //! write, split only where the log wraps, then one flush. It is crash-atomic only because
 //! jext's recovery counts a transaction only when every block of it checks, which needs
-//! checksum v3; the journal superblock carries `JEXT_SINGLE_IO` whenever the log is not
-//! empty, so Linux refuses such a log instead of replaying a torn transaction.
+//! checksum v3; from before the first single-I/O commit until the log is next emptied
+//! (clean unmount, remount read-only), the journal superblock carries `JEXT_SINGLE_IO`,
+//! so Linux refuses such a log instead of replaying a torn transaction. A log that only
+//! ever held classic commits (every transaction had ordered data) stays Linux-readable.
 
 use crate::format::blocks::{needs_escape, CommitBlock, Csum, LogFormat, Tag};
 use crate::format::superblock::JournalSuperblock;
@@ -18,6 +20,7 @@ use crate::recovery::{read_superblock, write_superblock};
 use crate::tid::Tid;
 use crate::{JournalArea, JournalError};
 use jext_io::{IoFlags, IoQueue};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -66,6 +69,9 @@ pub(crate) struct LogLayout {
     block0: Vec<u8>,
     /// Commits go out as one write and one flush (`CommitMode::SingleIo` on a v3 log).
     single_io: bool,
+    /// A single-I/O commit was issued since the log was last empty: every superblock
+    /// that says the log is live carries JEXT_SINGLE_IO until the log is emptied.
+    single_io_bit: AtomicBool,
 }
 
 impl LogLayout {
@@ -101,6 +107,7 @@ impl LogLayout {
             first: superblock.first(),
             last: superblock.log_end(),
             single_io: commit_mode == CommitMode::SingleIo && format.csum == Csum::V3,
+            single_io_bit: AtomicBool::new(false),
             format,
             superblock,
             block0,
@@ -110,6 +117,18 @@ impl LogLayout {
     /// Whether commits go out as one write and one flush.
     pub fn single_io(&self) -> bool {
         self.single_io
+    }
+
+    /// Whether superblocks of a live log carry JEXT_SINGLE_IO now.
+    pub fn single_io_bit(&self) -> bool {
+        self.single_io_bit.load(Ordering::Acquire)
+    }
+
+    /// From now until the log is emptied, superblocks of a live log carry
+    /// JEXT_SINGLE_IO. The caller must make such a superblock durable before the first
+    /// single-I/O commit can reach the disk.
+    pub fn set_single_io_bit(&self) {
+        self.single_io_bit.store(true, Ordering::Release);
     }
 
     /// The tid the next transaction must carry.
@@ -195,14 +214,17 @@ impl LogLayout {
     }
 
     /// Journal block 0 with the superblock saying the live log starts at `start` with
-    /// transaction `sequence` (`start` 0: the log is empty).
+    /// transaction `sequence` (`start` 0: the log is empty, and the caller writes this
+    /// at once with nothing committing: JEXT_SINGLE_IO is cleared and stays so until the
+    /// next single-I/O commit).
     pub fn superblock_block(&self, start: u32, sequence: Tid) -> Arc<[u8]> {
         let mut sb = self.superblock.clone();
         sb.set_start(start);
         sb.set_sequence(sequence);
-        // Set before the first single-I/O commit can count (it goes out in the same
-        // write, in the superblock's first sector), cleared with the last.
-        sb.set_single_io(self.single_io && start != 0);
+        if start == 0 {
+            self.single_io_bit.store(false, Ordering::Release);
+        }
+        sb.set_single_io(start != 0 && self.single_io_bit());
         let mut block = self.block0.clone();
         let bytes = sb.encode();
         block[..bytes.len()].copy_from_slice(&bytes);
