@@ -264,7 +264,8 @@ fn explore_one(
         .map_err(|e| format!("recording failed: {e}"))?;
     let names = NameCounts::of(&rec.timeline);
     let mut rng = StdRng::seed_from_u64(config.seed ^ seed_of(&id.to_string(), mode));
-    let unit = data_unit(mode.data, config.sampling.torn_writes);
+    let torn = config.sampling.torn_writes || config.sampling.every_cut_of_largest_write;
+    let unit = data_unit(mode.data, torn);
     let mut cursor = rec.capture.cursor();
     let mut counts = Counts {
         workloads: 1,

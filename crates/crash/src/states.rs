@@ -5,7 +5,9 @@
 //! after it), every return of a sync call, the end of the log, and a sampled share of the
 //! points between. At a point whose window is small every subset is checked; otherwise a
 //! seeded sample: nothing, everything, in-order prefixes and random subsets. With torn
-//! writes on, some states also keep only some sectors of one write. Subsets a barrier
+//! writes on, some states also keep only some sectors of one write; with
+//! `every_cut_of_largest_write`, the largest write of the window (a single-I/O commit) is
+//! cut after every sector and torn at every sector. Subsets a barrier
 //! device could not persist (a later epoch without an earlier one) are never produced.
 
 use jext_device::{CrashCapture, Kept, LoggedOp, Selection, WindowWrite};
@@ -23,6 +25,10 @@ pub struct Sampling {
     pub between_fraction: f64,
     /// Also keep only some 512-byte sectors of a write.
     pub torn_writes: bool,
+    /// Also cut the largest write of each window (a single-I/O commit: descriptor,
+    /// logged blocks and commit block in one write) after every sector, and tear it at
+    /// every sector (all of it but that sector), the rest of the window kept.
+    pub every_cut_of_largest_write: bool,
 }
 
 impl Default for Sampling {
@@ -32,6 +38,7 @@ impl Default for Sampling {
             samples_per_point: 8,
             between_fraction: 0.05,
             torn_writes: false,
+            every_cut_of_largest_write: false,
         }
     }
 }
@@ -85,9 +92,45 @@ pub fn selections(window: &[WindowWrite], sampling: &Sampling, rng: &mut StdRng)
         let torn: Vec<Selection> = out.iter().filter_map(|s| tear(s, window, rng)).collect();
         out.extend(torn.into_iter().take(sampling.samples_per_point / 2 + 1));
     }
+    if sampling.every_cut_of_largest_write {
+        out.extend(every_cut_of_largest(window));
+    }
     out.retain(|s| s.respects_epochs(window));
     out.sort_by_key(|s| s.to_string());
     out.dedup();
+    out
+}
+
+/// The largest multi-sector write of the window cut after each of its sectors (every
+/// prefix, the empty one and the whole write included) with the rest of the window kept
+/// and with it lost, and torn at each sector (every sector but that one kept).
+fn every_cut_of_largest(window: &[WindowWrite]) -> Vec<Selection> {
+    let Some((victim, write)) = window
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| w.sectors() > 1)
+        .max_by_key(|(i, w)| (w.sectors(), *i))
+    else {
+        return Vec::new();
+    };
+    let sectors = write.sectors();
+    let with = |others: Kept, kept: Kept| {
+        let mut selection = Selection(vec![others; window.len()]);
+        selection.0[victim] = kept;
+        selection
+    };
+    let mut out = Vec::with_capacity(3 * sectors + 2);
+    for cut in 0..=sectors {
+        let prefix = Kept::Sectors((0..sectors).map(|i| i < cut).collect());
+        out.push(with(Kept::Whole, prefix.clone()));
+        if window.len() > 1 {
+            out.push(with(Kept::Nothing, prefix));
+        }
+    }
+    for hole in 0..sectors {
+        let torn = Kept::Sectors((0..sectors).map(|i| i != hole).collect());
+        out.push(with(Kept::Whole, torn));
+    }
     out
 }
 
@@ -167,6 +210,35 @@ mod tests {
             .collect();
         assert!(!torn.is_empty());
         assert!(torn.iter().all(|f| f.contains(&true) && f.contains(&false)));
+    }
+
+    #[test]
+    fn the_largest_write_is_cut_at_every_sector_and_torn_at_each() {
+        let mut w = window(2);
+        w[1].len_bytes = 3 * 4096;
+        let sampling = Sampling {
+            exhaustive_max: 0,
+            samples_per_point: 2,
+            every_cut_of_largest_write: true,
+            ..Sampling::default()
+        };
+        let states = selections(&w, &sampling, &mut StdRng::seed_from_u64(4));
+        let sectors = 24;
+        let cuts: Vec<&Vec<bool>> = states
+            .iter()
+            .filter_map(|s| match &s.0[1] {
+                Kept::Sectors(flags) => Some(flags),
+                _ => None,
+            })
+            .collect();
+        for cut in 0..=sectors {
+            let prefix: Vec<bool> = (0..sectors).map(|i| i < cut).collect();
+            assert!(cuts.contains(&&prefix), "the cut after {cut} sectors");
+        }
+        for hole in 0..sectors {
+            let torn: Vec<bool> = (0..sectors).map(|i| i != hole).collect();
+            assert!(cuts.contains(&&torn), "the tear at sector {hole}");
+        }
     }
 
     #[test]

@@ -112,6 +112,37 @@ fn the_same_workloads_pass_on_an_honest_device() {
     assert_eq!(summary.total().failures, 0, "{:#?}", summary.failures);
 }
 
+/// Single-I/O commits (descriptor, logged blocks and commit block in one write, then
+/// one flush) cut after every sector and torn at every sector: recovery replays whole
+/// transactions only, in the data modes whose commits go out so (journal always; ordered
+/// when nothing new is mapped), and the per-file journal modes.
+#[test]
+fn single_io_commits_survive_every_cut_and_tear() {
+    let only: Vec<WorkloadId> = ["sqlite-rollback-4", "joj-overwrite-3"]
+        .iter()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    let config = Config {
+        modes: ["ordered", "journal"]
+            .iter()
+            .map(|m| m.parse().unwrap())
+            .collect(),
+        sampling: Sampling {
+            every_cut_of_largest_write: true,
+            ..Sampling::default()
+        },
+        ..config(2)
+    };
+    let summary = explore(Plan::Ci, &only, &config, &|_| {});
+    for f in &summary.failures {
+        eprintln!("FAILED {}\n  {}", f.reproducer, f.problems.join("\n  "));
+    }
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    let total = summary.total();
+    assert_eq!(total.failures, 0, "{total:?}");
+    assert!(total.states >= 3000, "every cut of every commit: {total:?}");
+}
+
 /// Bugs the explorer found, kept as regression tests by their reproducers.
 #[test]
 fn found_bugs_stay_fixed() {

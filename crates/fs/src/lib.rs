@@ -41,6 +41,7 @@ mod xattr_ops;
 pub use api::{File, Fs};
 pub use error::{FsError, FsResult};
 pub use fsck::{fsck, FsckReport};
+pub use jext_journal::CommitMode;
 pub use journal_mode::FileJournalMode;
 pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::MountReport;

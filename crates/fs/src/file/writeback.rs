@@ -219,26 +219,34 @@ fn write_run(tx: &mut Tx, ino: u32, first: u64, len: u64, journal_data: bool) ->
                 let placed = blockmap::allocate(tx, ino, index as u32, hole as u32, false)?;
                 release_reservations(tx, ino, index, hole);
                 for e in placed {
-                    put_data(
-                        tx,
-                        ino,
-                        u64::from(e.logical),
-                        e.start,
-                        u64::from(e.len),
-                        journal_data,
-                    )?;
+                    let run = Run {
+                        index: u64::from(e.logical),
+                        phys: e.start,
+                        count: u64::from(e.len),
+                    };
+                    put_data(tx, ino, run, journal_data, true)?;
                 }
                 hole
             }
             Mapping::Unwritten(phys) => {
                 let n = left.min(first + len - index);
-                put_data(tx, ino, index, phys, n, journal_data)?;
+                let run = Run {
+                    index,
+                    phys,
+                    count: n,
+                };
+                put_data(tx, ino, run, journal_data, true)?;
                 blockmap::mark_written(tx, ino, index as u32, index + n)?;
                 n
             }
             Mapping::Written(phys) => {
                 let n = left.min(first + len - index);
-                put_data(tx, ino, index, phys, n, journal_data)?;
+                let run = Run {
+                    index,
+                    phys,
+                    count: n,
+                };
+                put_data(tx, ino, run, journal_data, false)?;
                 n
             }
         };
@@ -273,16 +281,27 @@ pub(super) fn release_reservations(tx: &mut Tx, ino: u32, first: u64, count: u64
     tx.st.alloc.reserved_blocks -= released;
 }
 
-/// Sends `count` pages from `index` to blocks from `phys`: written in place (before the
-/// handle stops, which orders them before the commit), or journaled.
-fn put_data(
-    tx: &mut Tx,
-    ino: u32,
+/// `count` pages from page `index` on, going to blocks from `phys` on.
+#[derive(Clone, Copy)]
+struct Run {
     index: u64,
     phys: u64,
     count: u64,
+}
+
+/// Sends a run of pages to its blocks: written in place (before the handle stops, which
+/// orders them before the commit), or journaled. `newly_mapped`: this transaction maps
+/// the blocks (allocated, or unwritten made written), so its commit must not reach the
+/// disk before their data (data=ordered); an overwrite of mapped blocks exposes nothing
+/// stale whatever the order.
+fn put_data(
+    tx: &mut Tx,
+    ino: u32,
+    run: Run,
     journal_data: bool,
+    newly_mapped: bool,
 ) -> FsResult<()> {
+    let Run { index, phys, count } = run;
     let bs = u64::from(tx.fs.geo.block_size);
     let mut requests = Vec::new();
     for i in 0..count {
@@ -308,7 +327,7 @@ fn put_data(
     if !requests.is_empty() {
         tx.fs.io.submit(requests).wait()?;
         // data=writeback promises no order between data and the commit that maps it.
-        if tx.fs.options.data_mode != crate::options::DataMode::Writeback {
+        if newly_mapped && tx.fs.options.data_mode != crate::options::DataMode::Writeback {
             tx.note_ordered_data();
         }
     }

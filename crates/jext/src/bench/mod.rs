@@ -16,7 +16,7 @@ pub mod stats;
 pub mod systems;
 
 use experiments::{After, Measured, OrderMode, Placement, SqlitePhase};
-use jext::DataMode;
+use jext::{CommitMode, DataMode};
 use jext_device::Preset;
 use jext_io::EngineKind;
 use rig::Scratch;
@@ -346,6 +346,7 @@ pub fn systems(root: bool) -> Vec<System> {
         System::Jext {
             mode: DataMode::Ordered,
             backing: Backing::File,
+            commit: CommitMode::SingleIo,
         },
     ];
     if root {
@@ -353,7 +354,16 @@ pub fn systems(root: bool) -> Vec<System> {
         all.extend(modes.map(|mode| System::Jext {
             mode,
             backing: Backing::Loop,
+            commit: CommitMode::SingleIo,
         }));
+        // The commit the mount option `journal_commit=classic` keeps (issue 14).
+        all.extend(
+            [DataMode::Ordered, DataMode::Journal].map(|mode| System::Jext {
+                mode,
+                backing: Backing::Loop,
+                commit: CommitMode::Classic,
+            }),
+        );
         for options in ["data=ordered", "data=journal", "data=writeback"] {
             all.push(System::Ext4 {
                 options,
@@ -577,6 +587,7 @@ mod tests {
             System::Jext {
                 mode: DataMode::Ordered,
                 backing: Backing::Loop,
+                commit: CommitMode::SingleIo,
             },
             report::EXT4_ORDERED,
             System::Fuse2fs,

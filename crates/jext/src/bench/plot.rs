@@ -347,7 +347,7 @@ where
 mod tests {
     use super::*;
     use crate::bench::report::EXT4_ORDERED;
-    use jext::DataMode;
+    use jext::{CommitMode, DataMode};
 
     fn sample(system: System, outcome: Result<Measured, String>) -> Sample {
         Sample {
@@ -376,6 +376,7 @@ mod tests {
         let jext = System::Jext {
             mode: DataMode::Ordered,
             backing: super::super::systems::Backing::Loop,
+            commit: CommitMode::SingleIo,
         };
         let samples = [
             sample(EXT4_ORDERED, latencies(800)),

@@ -11,7 +11,7 @@
 //! it did not make itself.
 
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
-use jext::{mkfs, DataMode, Fs, MkfsOptions, MountOptions};
+use jext::{mkfs, CommitMode, DataMode, Fs, MkfsOptions, MountOptions};
 use jext_device::{LatencyModel, Preset, SimDevice};
 use jext_fuse::requests::DaemonStats;
 use jext_io::EngineKind;
@@ -37,8 +37,12 @@ pub enum System {
     RawFile,
     /// O_DIRECT pwrite to the loop device, fdatasync to make it durable.
     RawLoop,
-    /// jext through the library, in-process.
-    Jext { mode: DataMode, backing: Backing },
+    /// jext through the library, in-process, with this journal commit mode.
+    Jext {
+        mode: DataMode,
+        backing: Backing,
+        commit: CommitMode,
+    },
     /// Linux ext4 with these mount options, made by mkfs.ext4 with these extra features.
     Ext4 {
         options: &'static str,
@@ -84,13 +88,21 @@ impl System {
         match self {
             System::RawFile => "raw file (pwrite)".into(),
             System::RawLoop => "raw loop (O_DIRECT)".into(),
-            System::Jext { mode, backing } => {
+            System::Jext {
+                mode,
+                backing,
+                commit,
+            } => {
                 let on = if *backing == Backing::File {
                     "file"
                 } else {
                     "loop"
                 };
-                format!("jext {} ({on})", mode_name(*mode))
+                let commit = match commit {
+                    CommitMode::SingleIo => String::new(),
+                    other => format!(",journal_commit={}", other.name()),
+                };
+                format!("jext {}{commit} ({on})", mode_name(*mode))
             }
             System::Ext4 {
                 options,
@@ -154,9 +166,9 @@ impl System {
                     .custom_flags(libc::O_DIRECT)
                     .open(&dev.path)?,
             ),
-            (System::Jext { mode, .. }, dev) => {
+            (System::Jext { mode, commit, .. }, dev) => {
                 let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
-                Target::Jext(open_jext(&path, *mode)?)
+                Target::Jext(open_jext(&path, *mode, *commit)?)
             }
             (System::Ext4 { options, features }, Some(dev)) => {
                 mkfs_ext4(dev, features)?;
@@ -214,11 +226,12 @@ pub fn mode_name(mode: DataMode) -> &'static str {
     }
 }
 
-fn open_jext(path: &std::path::Path, mode: DataMode) -> io::Result<Fs> {
+fn open_jext(path: &std::path::Path, mode: DataMode, commit: CommitMode) -> io::Result<Fs> {
     let device = jext::open_device(path, false).map_err(io::Error::other)?;
     mkfs_jext(Arc::clone(&device))?;
     let options = MountOptions {
         data_mode: mode,
+        journal_commit: commit,
         ..MountOptions::default()
     };
     Fs::open(device, options).map_err(io::Error::other)
@@ -497,6 +510,7 @@ mod tests {
         let s = System::Jext {
             mode: DataMode::Journal,
             backing: Backing::Loop,
+            commit: CommitMode::SingleIo,
         };
         assert_eq!(s.name(), "jext data=journal (loop)");
         assert!(s.needs_root());

@@ -15,6 +15,8 @@ pub struct Args {
     pub modes: Vec<String>,
     pub workloads: Vec<String>,
     pub torn: bool,
+    /// Cut and tear the largest write of each window at every sector.
+    pub every_cut: bool,
     pub e2fsck_every: Option<u64>,
     pub kernel_check: Option<u64>,
     pub seed: u64,
@@ -96,6 +98,7 @@ fn config(args: &Args) -> Result<Config, String> {
         modes,
         sampling: Sampling {
             torn_writes: args.torn,
+            every_cut_of_largest_write: args.every_cut,
             ..Sampling::default()
         },
         kernel_check_every: args.kernel_check.unwrap_or(0),
@@ -151,10 +154,14 @@ fn print_summary(summary: &Summary, config: &Config) {
         t.states as f64 / secs,
         config.jobs,
         t.states as f64 / secs / config.jobs as f64,
-        if config.sampling.torn_writes {
-            ", torn writes on"
-        } else {
-            ""
+        match (
+            config.sampling.torn_writes,
+            config.sampling.every_cut_of_largest_write
+        ) {
+            (true, true) => ", torn writes and every cut on",
+            (true, false) => ", torn writes on",
+            (false, true) => ", every cut on",
+            (false, false) => "",
         }
     );
     for e in &summary.errors {

@@ -168,6 +168,10 @@ enum Command {
         /// Also let writes tear at 512-byte sectors.
         #[arg(long)]
         torn: bool,
+        /// Also cut the largest write of each crash window (a single-I/O commit) after
+        /// every 512-byte sector, and tear it at every sector.
+        #[arg(long)]
+        every_cut: bool,
         /// Run e2fsck -fn on every N-th state of each worker (1: all; 0: never).
         /// Default: every state with --budget, every 50th otherwise.
         #[arg(long)]
@@ -255,6 +259,7 @@ pub fn run(cli: Cli) -> i32 {
             modes,
             workloads,
             torn,
+            every_cut,
             e2fsck_every,
             kernel_check,
             seed,
@@ -266,6 +271,7 @@ pub fn run(cli: Cli) -> i32 {
             modes,
             workloads,
             torn,
+            every_cut,
             e2fsck_every,
             kernel_check,
             seed,
