@@ -222,7 +222,9 @@ fn reserve_and_dispatch(
     st.stats.max_committing = st.stats.max_committing.max(committing);
     if single_io {
         st.stats.single_io_commits += 1;
-        let commit = layout.commit_block(tid, std::time::SystemTime::now());
+        // Every transaction up to `committed` was flushed before this write is issued:
+        // recovery may then take one of them that does not check for damage, not a tear.
+        let commit = layout.commit_block(tid, std::time::SystemTime::now(), Some(st.committed));
         requests.push(WriteRequest::new(
             shared.area.byte_offset(commit_position),
             commit,
@@ -235,7 +237,7 @@ fn reserve_and_dispatch(
         let last = requests.last_mut().expect("a transaction logs something");
         last.flags |= IoFlags::BARRIER;
         last.fence = Fence::Caller;
-        let commit = layout.commit_block(tid, std::time::SystemTime::now());
+        let commit = layout.commit_block(tid, std::time::SystemTime::now(), None);
         requests.push(WriteRequest::barrier(
             shared.area.byte_offset(commit_position),
             commit,

@@ -189,7 +189,7 @@ fn write_commit_blocks(
         }
         let commit = shared
             .layout
-            .commit_block(item.tid, std::time::SystemTime::now());
+            .commit_block(item.tid, std::time::SystemTime::now(), None);
         let offset = shared.area.byte_offset(item.commit_position);
         item.ticket = shared
             .io

@@ -203,12 +203,14 @@ impl LogLayout {
         out
     }
 
-    /// The commit block of transaction `tid`.
-    pub fn commit_block(&self, tid: Tid, now: SystemTime) -> Arc<[u8]> {
+    /// The commit block of transaction `tid`; a single-I/O commit also says which
+    /// transactions were durable before it was written (`durable`).
+    pub fn commit_block(&self, tid: Tid, now: SystemTime, durable: Option<Tid>) -> Arc<[u8]> {
         let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
         let commit = CommitBlock {
             commit_sec: since.as_secs(),
             commit_nsec: since.subsec_nanos(),
+            jext_durable: durable,
         };
         Arc::from(self.format.encode_commit(tid, commit))
     }

@@ -232,6 +232,7 @@ pub fn scan_log(
         pending: Pending::at(bounds.start),
         last_commit_sec: 0,
         torn_candidate: None,
+        single_io_torn: None,
         out: LogScan {
             head_block: bounds.start,
             ..LogScan::default()
@@ -282,6 +283,9 @@ struct Scanner<'a> {
     /// Under async commit: a committed transaction whose copies do not verify. It is the
     /// torn tail if nothing commits after it, and corruption otherwise.
     torn_candidate: Option<(Tid, JournalError)>,
+    /// Under JEXT_SINGLE_IO: the first transaction whose blocks do not all check. The log
+    /// ends before it, unless a later whole commit was written after it was durable.
+    single_io_torn: Option<(Tid, JournalError)>,
     out: LogScan,
 }
 
@@ -410,12 +414,19 @@ impl Scanner<'_> {
         };
         if self.bounds.single_io {
             // Written in one write with its commit block, flushed once after: torn unless
-            // every block checks. Only the last flush's writes can be torn, and nothing
-            // written with or after them was acknowledged, so the log ends here.
-            if let Err(err) = verify_copies(self.io, self.area, format, &transaction, |_| true) {
-                return Ok(Step::End(format!(
-                    "transaction {tid} is the torn tail of a single-I/O commit: {err}"
-                )));
+            // every block checks. Only writes after the last completed flush can be torn,
+            // and nothing written with or after them was acknowledged, so the log ends at
+            // the first torn one; a later commit that says it was written after that one
+            // was durable proves damage instead.
+            let verified = verify_copies(self.io, self.area, format, &transaction, |_| true);
+            if let Some((torn, _)) = &self.single_io_torn {
+                let durable_after = commit.jext_durable.is_some_and(|d| tid_geq(d, *torn));
+                if verified.is_ok() && durable_after {
+                    let (_, err) = self.single_io_torn.take().expect("checked above");
+                    return Err(err);
+                }
+            } else if let Err(err) = verified {
+                self.single_io_torn = Some((tid, err));
             }
         } else if self.bounds.async_commit {
             if let Err(err) = verify_copies(self.io, self.area, format, &transaction, |_| true) {
@@ -425,7 +436,7 @@ impl Scanner<'_> {
         self.last_commit_sec = commit.commit_sec;
         self.tid = tid.wrapping_add(1);
         self.position = self.bounds.next(at);
-        if self.torn_candidate.is_none() {
+        if self.torn_candidate.is_none() && self.single_io_torn.is_none() {
             self.out.transactions.push(transaction);
             self.out.head_block = self.position;
         }
@@ -463,6 +474,12 @@ impl Scanner<'_> {
     }
 
     fn finish(&mut self, reason: String) {
+        if let Some((tid, err)) = self.single_io_torn.take() {
+            self.out.end_tid = tid;
+            self.out.end_reason =
+                format!("transaction {tid} is the torn tail of a single-I/O commit: {err}");
+            return;
+        }
         match self.torn_candidate.take() {
             Some((tid, err)) => {
                 self.out.end_tid = tid;
@@ -750,15 +767,14 @@ mod tests {
     use jext_device::{BlockDevice, SimDevice};
     use std::time::SystemTime;
 
-    /// What the commit path's log writer lays out, recovery replays: escaping, revokes,
-    /// descriptor chains longer than one block, tag checksums and the commit block.
-    #[test]
-    fn recovers_what_the_log_writer_writes() {
-        let block_size = 1024usize;
-        let dev = Arc::new(SimDevice::new(4096 * block_size as u64));
+    const BLOCK_SIZE: usize = 1024;
+
+    /// A 1100-block v3 journal at block 2048 of a simulated disk, loaded for `mode`.
+    fn rig(mode: CommitMode) -> (Arc<SimDevice>, IoQueue, JournalArea, LogLayout) {
+        let dev = Arc::new(SimDevice::new(4096 * BLOCK_SIZE as u64));
         let io = IoQueue::new(dev.clone());
-        let area = JournalArea::contiguous(block_size as u32, 2048, 1100);
-        let sb = JournalSuperblock::new(block_size as u32, 1100, [3; 16]);
+        let area = JournalArea::contiguous(BLOCK_SIZE as u32, 2048, 1100);
+        let sb = JournalSuperblock::new(BLOCK_SIZE as u32, 1100, [3; 16]);
         dev.write_at(area.byte_offset(0), &sb.encode(), false)
             .unwrap();
         let features = LogFeatures {
@@ -766,7 +782,16 @@ mod tests {
             wide_blocks: true,
             fast_commit: false,
         };
-        let layout = LogLayout::load(&io, &area, features, CommitMode::Classic, true).unwrap();
+        let layout = LogLayout::load(&io, &area, features, mode, true).unwrap();
+        (dev, io, area, layout)
+    }
+
+    /// What the commit path's log writer lays out, recovery replays: escaping, revokes,
+    /// descriptor chains longer than one block, tag checksums and the commit block.
+    #[test]
+    fn recovers_what_the_log_writer_writes() {
+        let block_size = BLOCK_SIZE;
+        let (dev, io, area, layout) = rig(CommitMode::Classic);
         let tid = layout.sequence();
         let mut escaped = vec![1u8; block_size];
         escaped[..4].copy_from_slice(&JBD2_MAGIC.to_be_bytes());
@@ -775,7 +800,7 @@ mod tests {
             .collect();
         blocks.push((99, Arc::from(escaped.clone())));
         let mut log = layout.build_log_blocks(tid, &blocks, &[100, 7]);
-        log.push(layout.commit_block(tid, SystemTime::now()));
+        log.push(layout.commit_block(tid, SystemTime::now(), None));
         assert_eq!(log.len() as u32, layout.log_blocks_needed(301, 2));
         let mut at = layout.first;
         for block in &log {
@@ -800,5 +825,58 @@ mod tests {
             "revoked in its own transaction"
         );
         assert_eq!(home(399), vec![43u8; block_size]);
+    }
+
+    /// Under JEXT_SINGLE_IO, a transaction whose block does not check followed by a whole
+    /// one: the end of the log when the later one was written before the first was
+    /// durable (both after the last flush: a tear), an error when it says it was written
+    /// after (damage in a durable transaction).
+    #[test]
+    fn a_single_io_tear_ends_the_log_and_damage_before_a_later_commit_fails() {
+        for durable_after in [false, true] {
+            let block_size = BLOCK_SIZE;
+            let (dev, io, area, layout) = rig(CommitMode::SingleIo);
+            let t1 = layout.sequence();
+            let t2 = t1.wrapping_add(1);
+            let t2_durable = if durable_after {
+                t1
+            } else {
+                t1.wrapping_sub(1)
+            };
+            let mut at = layout.first;
+            let mut first_copy = None;
+            for (tid, durable, home) in [(t1, t1.wrapping_sub(1), 50u64), (t2, t2_durable, 51)] {
+                let blocks: Vec<(u64, Arc<[u8]>)> = vec![(home, Arc::from(vec![7u8; block_size]))];
+                let mut log = layout.build_log_blocks(tid, &blocks, &[]);
+                log.push(layout.commit_block(tid, SystemTime::now(), Some(durable)));
+                for block in &log {
+                    dev.write_at(area.byte_offset(at), block, false).unwrap();
+                    first_copy.get_or_insert(layout.next(at));
+                    at = layout.next(at);
+                }
+            }
+            // A sector of t1's logged copy never reached the disk.
+            let copy = area.byte_offset(first_copy.unwrap());
+            dev.write_at(copy + 512, &[0u8; 512], false).unwrap();
+            layout.set_single_io_bit();
+            let sb_block = layout.superblock_block(layout.first, t1);
+            dev.write_at(area.byte_offset(0), &sb_block, false).unwrap();
+
+            let result = recover(&io, std::slice::from_ref(&area));
+            if durable_after {
+                match result {
+                    Err(JournalError::BlockChecksum { tid, fs_block, .. }) => {
+                        assert_eq!((tid, fs_block), (t1, 50))
+                    }
+                    other => panic!("expected damage in transaction {t1}, got {other:?}"),
+                }
+            } else {
+                let report = result.unwrap();
+                assert_eq!(report.transactions, 0, "the log ends at the torn {t1}");
+                let mut home = vec![0u8; block_size];
+                dev.read_at(51 * block_size as u64, &mut home).unwrap();
+                assert_eq!(home, vec![0u8; block_size], "{t2} is not replayed");
+            }
+        }
     }
 }

@@ -359,3 +359,27 @@ fn clean_shutdown_checkpoints_and_empties_the_log() {
     let after = reopen(rig.dev.crash());
     assert!(recover_rig(&after).unwrap().was_clean);
 }
+
+/// A single-I/O transaction that was durable before a later commit was written, and
+/// then lost a block (a bit flip, not a tear): recovery fails naming it, instead of
+/// silently ending the log there and dropping the later, acknowledged commit.
+#[test]
+fn damage_in_a_durable_single_io_transaction_is_an_error() {
+    let rig = fresh(1024);
+    let journal = load_with(&rig, CommitMode::SingleIo);
+    let tid = change(&journal, &buffer(620), 1);
+    journal.commit_and_wait(tid).unwrap();
+    let tid2 = change(&journal, &buffer(621), 2);
+    journal.commit_and_wait(tid2).unwrap();
+    let crashed = rig.dev.crash();
+    // Transaction 1's logged block: desc 1, block 2, commit 3.
+    let logged = (JOURNAL_START + 2) * u64::from(BS);
+    crashed.write_at(logged, &[0xEE; 512], false).unwrap();
+    let after = reopen(crashed);
+    match recover_rig(&after) {
+        Err(JournalError::BlockChecksum {
+            tid: t, fs_block, ..
+        }) => assert_eq!((t, fs_block), (tid, 620)),
+        other => panic!("expected a checksum error, got {other:?}"),
+    }
+}

@@ -198,6 +198,7 @@ impl Rig {
             CommitBlock {
                 commit_sec: self.commit_sec,
                 commit_nsec: 0,
+                jext_durable: None,
             },
         );
         if format.csum == Csum::V1 {

@@ -41,6 +41,11 @@
 //!                          whole block with h_chksum[0] zeroed)
 //!   0x30 8  h_commit_sec   commit time, seconds
 //!   0x38 4  h_commit_nsec
+//!   jext's single-I/O commits only (zero in every other commit block, Linux's included):
+//!   0x3C 4  jext_magic     0x6A786474 ("jxdt"): the next field is present
+//!   0x40 4  jext_durable   every transaction up to this tid was durable (flushed) before
+//!                          this commit block was written: one of them that does not check
+//!                          is damage, not a torn tail
 //!
 //! revoke (blocktype 5): header, then
 //!   0x0C 4  r_count  bytes used, this 16-byte header included
@@ -63,6 +68,11 @@ const UUID_SIZE: usize = 16;
 const REVOKE_HEADER_SIZE: usize = 16;
 /// `sizeof(struct commit_header)`: what a commit block holds before its zero fill.
 const COMMIT_HEADER_SIZE: usize = 0x3C;
+/// jext's fields after it (single-I/O commits), still in the first sector.
+const COMMIT_JEXT_MAGIC: usize = COMMIT_HEADER_SIZE;
+const COMMIT_JEXT_DURABLE: usize = 0x40;
+const COMMIT_JEXT_END: usize = 0x44;
+const JEXT_COMMIT_MAGIC: u32 = 0x6A78_6474;
 const COMMIT_CHKSUM_TYPE: usize = 0x0C;
 const COMMIT_CHKSUM_SIZE: usize = 0x0D;
 const COMMIT_CHKSUM: usize = 0x10;
@@ -117,11 +127,12 @@ pub struct Tag {
     pub checksum: u32,
 }
 
-/// A commit block's time.
+/// A commit block's time, and in a jext single-I/O commit the last tid durable before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CommitBlock {
     pub commit_sec: u64,
     pub commit_nsec: u32,
+    pub jext_durable: Option<Tid>,
 }
 
 /// The parameters of one log's format, from its superblock.
@@ -357,6 +368,10 @@ impl LogFormat {
         let mut block = self.new_block(BLOCKTYPE_COMMIT, tid);
         put_u64(&mut block, COMMIT_SEC, commit.commit_sec);
         put_u32(&mut block, COMMIT_NSEC, commit.commit_nsec);
+        if let Some(durable) = commit.jext_durable {
+            put_u32(&mut block, COMMIT_JEXT_MAGIC, JEXT_COMMIT_MAGIC);
+            put_u32(&mut block, COMMIT_JEXT_DURABLE, durable);
+        }
         if self.has_block_checksums() {
             let csum = self.checksum_without(&block, COMMIT_CHKSUM);
             put_u32(&mut block, COMMIT_CHKSUM, csum);
@@ -369,6 +384,8 @@ impl LogFormat {
         CommitBlock {
             commit_sec: u64_at(block, COMMIT_SEC),
             commit_nsec: u32_at(block, COMMIT_NSEC),
+            jext_durable: (u32_at(block, COMMIT_JEXT_MAGIC) == JEXT_COMMIT_MAGIC)
+                .then(|| u32_at(block, COMMIT_JEXT_DURABLE)),
         }
     }
 
@@ -384,9 +401,14 @@ impl LogFormat {
         if self.checksum_without(block, COMMIT_CHKSUM) == stored {
             return true;
         }
-        let mut header_only = vec![0u8; self.block_size];
-        header_only[..COMMIT_HEADER_SIZE].copy_from_slice(&block[..COMMIT_HEADER_SIZE]);
-        self.checksum_without(&header_only, COMMIT_CHKSUM) == stored
+        // Linux's header alone, or with jext's fields after it (a single-I/O commit).
+        [COMMIT_HEADER_SIZE, COMMIT_JEXT_END]
+            .into_iter()
+            .any(|end| {
+                let mut header_only = vec![0u8; self.block_size];
+                header_only[..end].copy_from_slice(&block[..end]);
+                self.checksum_without(&header_only, COMMIT_CHKSUM) == stored
+            })
     }
 
     /// Under v1, true if the commit block carries `running` (crc32_be over the
@@ -556,11 +578,29 @@ mod tests {
             let commit = CommitBlock {
                 commit_sec: 1_700_000_000,
                 commit_nsec: 5,
+                jext_durable: None,
             };
             let block = f.encode_commit(4, commit);
             assert_eq!(f.header(&block), Some((BlockKind::Commit, 4)));
             assert!(f.commit_is_valid(&block));
             assert_eq!(f.decode_commit(&block), commit);
+            assert!(
+                block[COMMIT_HEADER_SIZE..].iter().all(|&b| b == 0),
+                "as Linux's"
+            );
+            let single_io = CommitBlock {
+                jext_durable: Some(3),
+                ..commit
+            };
+            let jext = f.encode_commit(4, single_io);
+            assert_eq!(f.decode_commit(&jext), single_io);
+            assert_eq!(
+                &jext[COMMIT_JEXT_MAGIC..COMMIT_JEXT_END],
+                &[0x6A, 0x78, 0x64, 0x74, 0, 0, 0, 3]
+            );
+            let mut torn = jext.clone();
+            torn[COMMIT_JEXT_END..].fill(0xEE);
+            assert!(f.commit_is_valid(&torn), "{f:?}");
             if !f.has_block_checksums() {
                 assert!(
                     f.commit_matches_v1(&block, 1234),
@@ -586,6 +626,7 @@ mod tests {
             CommitBlock {
                 commit_sec: 1,
                 commit_nsec: 0,
+                jext_durable: None,
             },
         );
         let running = crc32_be(crc32_be(!0, &[1; 1024]), &[2; 1024]);
