@@ -208,6 +208,13 @@ pub(crate) fn mount(
     }
     let area = journal_area(&io, &sb)?;
     let recovery = recover(&io, std::slice::from_ref(&area))?;
+    let fast_commits_pending = !recovery.fast_commits.records.is_empty();
+    if fast_commits_pending && options.read_only {
+        return Err(FsError::ReadOnly(format!(
+            "the journal holds {} fast commits to apply; mount read-write once",
+            recovery.fast_commits.fast_commits
+        )));
+    }
     // Replay may have rewritten the superblock.
     let mut sb = read_superblock(&io)?;
     if !options.read_only {
@@ -229,6 +236,7 @@ pub(crate) fn mount(
             fast_commit: sb.has_compat(features::COMPAT_FAST_COMMIT),
         },
         read_only: options.read_only,
+        fast_commits_pending,
         ..JournalConfig::default()
     };
     let journal = Arc::new(Journal::load(io.clone(), area, journal_config)?);
@@ -272,6 +280,9 @@ pub(crate) fn mount(
     let orphans_finished = {
         let mut st = inner.state.lock();
         st.alloc = AllocState::load(&inner)?;
+        if fast_commits_pending {
+            apply_fast_commits(&inner, &mut st, &recovery)?;
+        }
         st.orphans = read_orphan_list(&inner, &mut st)?;
         if inner.is_read_only() {
             0
@@ -286,6 +297,16 @@ pub(crate) fn mount(
             orphans_finished,
         },
     ))
+}
+
+/// Applies the fast commits recovery found as the first transaction, and waits for it to
+/// be durable: until then the journal's superblock keeps them valid, so a crash here
+/// replays them again from the same state.
+fn apply_fast_commits(fs: &FsInner, st: &mut FsState, recovery: &RecoveryReport) -> FsResult<()> {
+    crate::fast_commit::replay::apply(fs, st, &recovery.fast_commits.records)?;
+    let tid = fs.journal.commit_all()?;
+    fs.journal.commit_and_wait(tid)?;
+    Ok(())
 }
 
 fn now_seconds() -> u32 {

@@ -69,6 +69,10 @@ pub struct JournalConfig {
     /// Write nothing at load (a read-only mount): turned-on features then reach the disk
     /// with the superblock the first commit writes, if a remount ever allows one.
     pub read_only: bool,
+    /// Recovery left fast commits for the file system to apply
+    /// ([`crate::RecoveryReport::fast_commits`]): the superblock points at an empty log
+    /// whose next transaction makes them obsolete, and the journal continues that log.
+    pub fast_commits_pending: bool,
 }
 
 impl Default for JournalConfig {
@@ -79,6 +83,7 @@ impl Default for JournalConfig {
             barrier: true,
             features: LogFeatures::default(),
             read_only: false,
+            fast_commits_pending: false,
         }
     }
 }
@@ -253,13 +258,23 @@ pub(crate) struct CommittingTransaction {
 
 impl Journal {
     /// Starts the journal in `area`, whose superblock must say the log is empty (run
-    /// [`crate::recovery::recover`] first).
+    /// [`crate::recovery::recover`] first), or, with `fast_commits_pending`, point at
+    /// the empty log recovery left.
     pub fn load(
         io: Arc<IoQueue>,
         area: JournalArea,
         config: JournalConfig,
     ) -> Result<Journal, JournalError> {
-        let layout = LogLayout::load(&io, &area, config.features, !config.read_only)?;
+        let layout = LogLayout::load(
+            &io,
+            &area,
+            config.features,
+            !config.read_only,
+            config.fast_commits_pending,
+        )?;
+        // A log recovery left pending stays where it is: its first transaction goes at
+        // `s_start`, and the superblock already names it.
+        let start = layout.start().unwrap_or(layout.first);
         let log_len = layout.last - layout.first;
         let max_transaction_blocks = config
             .max_transaction_blocks
@@ -277,11 +292,11 @@ impl Journal {
             durable_requested: None,
             dispatch_requested: None,
             log: LogPosition {
-                head: layout.first,
-                tail: layout.first,
+                head: start,
+                tail: start,
             },
             checkpoint: CheckpointList::default(),
-            superblock_says_empty: true,
+            superblock_says_empty: layout.start().is_none(),
             aborted: None,
             shutting_down: false,
             helpers_stop: false,

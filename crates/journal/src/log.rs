@@ -38,16 +38,18 @@ pub(crate) struct LogLayout {
 }
 
 impl LogLayout {
-    /// Reads the superblock of a journal that recovery already emptied, turning on the
-    /// requested features first (and writing them at once when `write` allows).
+    /// Reads the superblock of a journal that recovery already emptied (or left pointing
+    /// at an empty log, `fast_commits_pending`), turning on the requested features first
+    /// (and writing them at once when `write` allows).
     pub fn load(
         io: &IoQueue,
         area: &JournalArea,
         features: LogFeatures,
         write: bool,
+        fast_commits_pending: bool,
     ) -> Result<LogLayout, JournalError> {
         let mut superblock = read_superblock(io, area)?;
-        if !superblock.is_clean() {
+        if !superblock.is_clean() && !fast_commits_pending {
             return Err(JournalError::NeedsRecovery);
         }
         let before = superblock.clone();
@@ -69,6 +71,11 @@ impl LogLayout {
             superblock,
             block0,
         })
+    }
+
+    /// Where the superblock says the log starts, if it is not marked empty.
+    pub fn start(&self) -> Option<u32> {
+        (!self.superblock.is_clean()).then(|| self.superblock.start())
     }
 
     /// The tid the next transaction must carry.
