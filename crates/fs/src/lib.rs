@@ -16,7 +16,7 @@ pub mod debug;
 mod dir;
 pub mod error;
 pub mod extent_tree;
-mod fast_commit;
+pub mod fast_commit;
 mod file;
 pub mod format;
 pub mod fsck;

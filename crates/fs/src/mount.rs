@@ -275,7 +275,9 @@ pub(crate) fn mount(
             error: None,
             next_generation: generation,
             next_data_seq: 0,
+            fc: Default::default(),
         }),
+        fc_stats: Default::default(),
     });
     let orphans_finished = {
         let mut st = inner.state.lock();

@@ -129,6 +129,23 @@ impl<'a> Tx<'a> {
         })
     }
 
+    /// Records that logical blocks `[from, to)` of `ino` were mapped, unmapped or
+    /// converted in this transaction (what its next fast commit must carry).
+    pub fn note_mapping(&mut self, ino: u32, from: u32, to: u64) {
+        let tid = self.tid();
+        if let Some(info) = self.st.inodes.get_mut(&ino) {
+            info.fc.note_changed(from, to, tid);
+            info.datasync_tid = Some(tid);
+        }
+    }
+
+    /// Records a change no fast commit can carry: fsyncs commit in full until this
+    /// transaction is durable.
+    pub fn fc_ineligible(&mut self, reason: crate::fast_commit::Ineligible) {
+        let tid = self.tid();
+        self.st.fc.ineligible = Some((tid, reason));
+    }
+
     /// Records that inode `ino`'s size or block map changed in this transaction.
     pub fn mark_datasync(&mut self, ino: u32) {
         let tid = self.tid();

@@ -78,6 +78,13 @@ impl LogLayout {
         (!self.superblock.is_clean()).then(|| self.superblock.start())
     }
 
+    /// The fast-commit area as (first journal block, blocks), if the feature is on.
+    pub fn fast_commit_area(&self) -> Option<(u32, u32)> {
+        let first = self.superblock.fast_commit_first()?;
+        let len = self.superblock.maxlen().checked_sub(first)?;
+        (len > 0).then_some((first, len))
+    }
+
     /// The tid the next transaction must carry.
     pub fn sequence(&self) -> Tid {
         self.superblock.sequence()
