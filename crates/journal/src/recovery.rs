@@ -109,6 +109,8 @@ pub struct LogScan {
 #[derive(Clone, Debug)]
 pub struct ScanReport {
     pub superblock: JournalSuperblock,
+    /// The fast commits recovery would hand to the file system.
+    pub fast_commits: FastCommitScan,
     pub transactions: Vec<ScannedTransaction>,
     pub end_tid: Tid,
     pub head_block: u32,
@@ -181,8 +183,14 @@ pub fn write_superblock(
 pub fn scan(io: &IoQueue, area: &JournalArea) -> Result<ScanReport, JournalError> {
     let superblock = read_superblock(io, area)?;
     let log = scan_superblock_log(io, area, &superblock)?;
+    let fast_commits = if superblock.is_clean() {
+        FastCommitScan::default()
+    } else {
+        scan_fast_commits(io, area, &superblock, log.end_tid)?
+    };
     Ok(ScanReport {
         superblock,
+        fast_commits,
         transactions: log.transactions,
         end_tid: log.end_tid,
         head_block: log.head_block,
