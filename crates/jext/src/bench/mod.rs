@@ -346,6 +346,7 @@ pub fn systems(root: bool) -> Vec<System> {
         System::Jext {
             mode: DataMode::Ordered,
             backing: Backing::File,
+            fast_commit: true,
         },
     ];
     if root {
@@ -353,7 +354,14 @@ pub fn systems(root: bool) -> Vec<System> {
         all.extend(modes.map(|mode| System::Jext {
             mode,
             backing: Backing::Loop,
+            fast_commit: true,
         }));
+        // The same without fast commits: what iJournaling changes.
+        all.push(System::Jext {
+            mode: DataMode::Ordered,
+            backing: Backing::Loop,
+            fast_commit: false,
+        });
         for options in ["data=ordered", "data=journal", "data=writeback"] {
             all.push(System::Ext4 {
                 options,
@@ -577,6 +585,7 @@ mod tests {
             System::Jext {
                 mode: DataMode::Ordered,
                 backing: Backing::Loop,
+                fast_commit: true,
             },
             report::EXT4_ORDERED,
             System::Fuse2fs,

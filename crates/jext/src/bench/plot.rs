@@ -376,6 +376,7 @@ mod tests {
         let jext = System::Jext {
             mode: DataMode::Ordered,
             backing: super::super::systems::Backing::Loop,
+            fast_commit: true,
         };
         let samples = [
             sample(EXT4_ORDERED, latencies(800)),

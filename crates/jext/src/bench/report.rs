@@ -867,6 +867,7 @@ mod tests {
         let jext = System::Jext {
             mode: DataMode::Ordered,
             backing: Backing::Loop,
+            fast_commit: true,
         };
         let samples = vec![
             latency(EXT4_ORDERED, 2_000_000, 40),
@@ -912,6 +913,7 @@ mod tests {
         let jext = System::Jext {
             mode: DataMode::Ordered,
             backing: Backing::Loop,
+            fast_commit: true,
         };
         let mut samples = Vec::new();
         for (n, jext_rate, ext4_rate) in [(1, 1000.0, 500.0), (8, 4000.0, 1000.0)] {

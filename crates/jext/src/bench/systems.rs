@@ -37,8 +37,13 @@ pub enum System {
     RawFile,
     /// O_DIRECT pwrite to the loop device, fdatasync to make it durable.
     RawLoop,
-    /// jext through the library, in-process.
-    Jext { mode: DataMode, backing: Backing },
+    /// jext through the library, in-process, on an image made with or without a
+    /// fast-commit area (without one, every fsync commits the running transaction).
+    Jext {
+        mode: DataMode,
+        backing: Backing,
+        fast_commit: bool,
+    },
     /// Linux ext4 with these mount options, made by mkfs.ext4 with these extra features.
     Ext4 {
         options: &'static str,
@@ -84,13 +89,18 @@ impl System {
         match self {
             System::RawFile => "raw file (pwrite)".into(),
             System::RawLoop => "raw loop (O_DIRECT)".into(),
-            System::Jext { mode, backing } => {
+            System::Jext {
+                mode,
+                backing,
+                fast_commit,
+            } => {
                 let on = if *backing == Backing::File {
                     "file"
                 } else {
                     "loop"
                 };
-                format!("jext {} ({on})", mode_name(*mode))
+                let classic = if *fast_commit { "" } else { " -O ^fast_commit" };
+                format!("jext {}{classic} ({on})", mode_name(*mode))
             }
             System::Ext4 {
                 options,
@@ -154,9 +164,14 @@ impl System {
                     .custom_flags(libc::O_DIRECT)
                     .open(&dev.path)?,
             ),
-            (System::Jext { mode, .. }, dev) => {
+            (
+                System::Jext {
+                    mode, fast_commit, ..
+                },
+                dev,
+            ) => {
                 let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
-                Target::Jext(open_jext(&path, *mode)?)
+                Target::Jext(open_jext(&path, *mode, *fast_commit)?)
             }
             (System::Ext4 { options, features }, Some(dev)) => {
                 mkfs_ext4(dev, features)?;
@@ -171,7 +186,10 @@ impl System {
                 },
                 Some(dev),
             ) => {
-                mkfs_jext(jext::open_device(&dev.path, false).map_err(io::Error::other)?)?;
+                mkfs_jext(
+                    jext::open_device(&dev.path, false).map_err(io::Error::other)?,
+                    true,
+                )?;
                 let cache = if *writeback_cache {
                     ",writeback_cache"
                 } else {
@@ -214,9 +232,9 @@ pub fn mode_name(mode: DataMode) -> &'static str {
     }
 }
 
-fn open_jext(path: &std::path::Path, mode: DataMode) -> io::Result<Fs> {
+fn open_jext(path: &std::path::Path, mode: DataMode, fast_commit: bool) -> io::Result<Fs> {
     let device = jext::open_device(path, false).map_err(io::Error::other)?;
-    mkfs_jext(Arc::clone(&device))?;
+    mkfs_jext(Arc::clone(&device), fast_commit)?;
     let options = MountOptions {
         data_mode: mode,
         ..MountOptions::default()
@@ -224,9 +242,10 @@ fn open_jext(path: &std::path::Path, mode: DataMode) -> io::Result<Fs> {
     Fs::open(device, options).map_err(io::Error::other)
 }
 
-fn mkfs_jext(device: Arc<dyn jext::BlockDevice>) -> io::Result<()> {
+fn mkfs_jext(device: Arc<dyn jext::BlockDevice>, fast_commit: bool) -> io::Result<()> {
     let opts = MkfsOptions {
         assume_zeroed: true,
+        fast_commit,
         label: "jext-bench".into(),
         ..MkfsOptions::default()
     };
@@ -497,6 +516,7 @@ mod tests {
         let s = System::Jext {
             mode: DataMode::Journal,
             backing: Backing::Loop,
+            fast_commit: true,
         };
         assert_eq!(s.name(), "jext data=journal (loop)");
         assert!(s.needs_root());
