@@ -91,7 +91,7 @@ pub(crate) fn extents_and_index(
 }
 
 /// Runs `change` on a copy of the inode's extent root and stores the root back.
-fn with_root<R>(
+pub(crate) fn with_root<R>(
     tx: &mut Tx,
     ino: u32,
     change: impl FnOnce(&mut Tx, &mut [u8], &TreeOwner) -> FsResult<R>,

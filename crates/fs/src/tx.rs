@@ -53,6 +53,14 @@ impl<'a> Tx<'a> {
             .tid()
     }
 
+    /// Blocks this handle may still add to the transaction.
+    pub fn credits_left(&self) -> u32 {
+        self.handle
+            .as_ref()
+            .expect("a Tx has its handle until it ends")
+            .credits_left()
+    }
+
     /// Ends the operation: on success the handle stops; on failure after changes the
     /// journal is aborted so the partial operation never commits.
     pub fn end<T>(mut self, result: FsResult<T>) -> FsResult<T> {
