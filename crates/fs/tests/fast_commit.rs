@@ -87,6 +87,8 @@ fn an_fsync_writes_a_fast_commit_and_linux_replays_it() {
     );
     let crashed = scratch.path("crashed.img");
     std::fs::copy(&image, &crashed).unwrap();
+    let for_jext = scratch.path("for-jext.img");
+    std::fs::copy(&image, &for_jext).unwrap();
     drop((leaf, old, unsynced, sibling));
     fs.unmount().unwrap();
 
@@ -104,4 +106,26 @@ fn an_fsync_writes_a_fast_commit_and_linux_replays_it() {
     assert_eq!(read("old/appended"), appended);
     linux.unmount();
     assert_e2fsck_clean(&crashed);
+
+    // jext's own recovery applies the same fast commits.
+    let (fs, report) = Fs::open_with_report(
+        Arc::new(FileDevice::open(&for_jext, false).unwrap()),
+        MountOptions::default(),
+    )
+    .unwrap();
+    assert!(
+        report.recovery.fast_commits.fast_commits >= 2,
+        "{:?}",
+        report.recovery
+    );
+    let read = |p: &str| {
+        let f = fs.open_file(p).unwrap();
+        let len = f.stat().unwrap().size as usize;
+        f.read_at(0, len).unwrap()
+    };
+    assert_eq!(read("/new/deeper/leaf"), pattern(70_000, 2));
+    assert_eq!(read("/new/deeper/sibling"), pattern(300, 4));
+    assert_eq!(read("/old/appended"), appended);
+    fs.unmount().unwrap();
+    assert_e2fsck_clean(&for_jext);
 }
