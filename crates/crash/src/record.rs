@@ -78,6 +78,8 @@ pub struct Recording {
     pub mode: DataMode,
     pub capture: CrashCapture,
     pub timeline: Timeline,
+    /// Fsyncs that wrote a fast commit instead of a full one.
+    pub fast_commits: u64,
 }
 
 /// What the workload did, operation by operation, beside the device log.
@@ -166,6 +168,7 @@ pub fn record(workload: &Workload, mode: DataMode, fault: Option<SimFault>) -> F
         mode,
         capture: dev.take_capture().expect("the capture was started"),
         timeline,
+        fast_commits: fs.fast_commit_stats().fast_commits,
     })
 }
 

@@ -78,10 +78,17 @@ impl LogLayout {
         (!self.superblock.is_clean()).then(|| self.superblock.start())
     }
 
-    /// The fast-commit area as (first journal block, blocks), if the feature is on.
+    /// The fast-commit area as (first journal block, blocks jext writes), if the feature
+    /// is on. The area's last block stays unwritten: Linux's replay scan reads on while
+    /// fast commits continue and fails the mount ("corrupted journal superblock") if
+    /// they run to the end of the journal, so a full area must end before its last block.
     pub fn fast_commit_area(&self) -> Option<(u32, u32)> {
         let first = self.superblock.fast_commit_first()?;
-        let len = self.superblock.maxlen().checked_sub(first)?;
+        let len = self
+            .superblock
+            .maxlen()
+            .checked_sub(first)?
+            .checked_sub(1)?;
         (len > 0).then_some((first, len))
     }
 
