@@ -209,12 +209,9 @@ pub(crate) fn mount(
     let area = journal_area(&io, &sb)?;
     let recovery = recover(&io, std::slice::from_ref(&area))?;
     let fast_commits_pending = !recovery.fast_commits.records.is_empty();
-    if fast_commits_pending && options.read_only {
-        return Err(FsError::ReadOnly(format!(
-            "the journal holds {} fast commits to apply; mount read-write once",
-            recovery.fast_commits.fast_commits
-        )));
-    }
+    // Fast commits are applied like the log, even by a read-only mount (as Linux does):
+    // it starts writable, applies them, and then becomes read-only.
+    let starts_read_only = options.read_only && !fast_commits_pending;
     // Replay may have rewritten the superblock.
     let mut sb = read_superblock(&io)?;
     if !options.read_only {
@@ -235,7 +232,7 @@ pub(crate) fn mount(
             wide_blocks: sb.has_incompat(features::INCOMPAT_64BIT),
             fast_commit: sb.has_compat(features::COMPAT_FAST_COMMIT),
         },
-        read_only: options.read_only,
+        read_only: starts_read_only,
         fast_commits_pending,
         ..JournalConfig::default()
     };
@@ -260,7 +257,7 @@ pub(crate) fn mount(
         dir_index: sb.has_compat(features::COMPAT_DIR_INDEX),
         large_dir: sb.has_large_dir(),
         filetype: sb.has_incompat(features::INCOMPAT_FILETYPE),
-        read_only: AtomicBool::new(options.read_only),
+        read_only: AtomicBool::new(starts_read_only),
         geo,
         io,
         cache,
@@ -284,6 +281,11 @@ pub(crate) fn mount(
         st.alloc = AllocState::load(&inner)?;
         if fast_commits_pending {
             apply_fast_commits(&inner, &mut st, &recovery)?;
+        }
+        if inner.options.read_only && !inner.is_read_only() {
+            drop(st);
+            remount(&inner, true)?;
+            st = inner.state.lock();
         }
         st.orphans = read_orphan_list(&inner, &mut st)?;
         if inner.is_read_only() {

@@ -582,16 +582,23 @@ fn scan_fast_commits(
     let Some(fc_first) = sb.fast_commit_first().filter(|&b| b < sb.maxlen()) else {
         return Ok(FastCommitScan::default());
     };
-    let blocks = (fc_first..sb.maxlen())
-        .map(|b| read_block(io, area, b))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Read block by block as the scan goes, as Linux does: it stops at the first block
+    // that does not continue the fast commits, usually the first or second.
+    let mut read_error = None;
+    let blocks = (fc_first..sb.maxlen()).map_while(|b| match read_block(io, area, b) {
+        Ok(block) => Some(block),
+        Err(err) => {
+            read_error = Some(err);
+            None
+        }
+    });
     // INODE records are bounded by the inode size, which only the file system knows; a
     // block is the most any inode can be, and the file system checks the rest.
-    Ok(fast_commit::scan(
-        blocks.iter().map(|b| b.as_slice()),
-        end_tid,
-        area.block_size as usize,
-    ))
+    let found = fast_commit::scan(blocks, end_tid, area.block_size as usize);
+    match read_error {
+        Some(err) => Err(err),
+        None => Ok(found),
+    }
 }
 
 /// All committed transactions of all areas, oldest first. Tids are consecutive within an

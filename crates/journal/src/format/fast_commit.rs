@@ -312,9 +312,10 @@ pub struct FastCommitScan {
 
 /// Reads the fast-commit area block by block, as the kernel's replay scan does, and keeps
 /// the records of every fast commit up to the last TAIL whose tid is `expected_tid` and
-/// whose CRC matches. `inode_size` bounds INODE records.
-pub fn scan<'a>(
-    blocks: impl IntoIterator<Item = &'a [u8]>,
+/// whose CRC matches. `inode_size` bounds INODE records. Blocks are taken from `blocks`
+/// only until the scan stops, so a lazy iterator reads no more than the kernel does.
+pub fn scan<B: AsRef<[u8]>>(
+    blocks: impl IntoIterator<Item = B>,
     expected_tid: Tid,
     inode_size: usize,
 ) -> FastCommitScan {
@@ -322,6 +323,7 @@ pub fn scan<'a>(
     let mut pending: Vec<FcRecord> = Vec::new();
     let mut crc = 0u32;
     for (index, block) in blocks.into_iter().enumerate() {
+        let block = block.as_ref();
         if index == 0 && le16(block, 0) != TAG_HEAD {
             return out;
         }
