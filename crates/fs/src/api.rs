@@ -445,7 +445,7 @@ impl Fs {
             let mut st = self.lock()?;
             let (tid, flush) = file::prepare_sync(fs, &mut st, ino, datasync)?;
             let fast_commit = match (tid, promise) {
-                (Some(_), Promise::Durable) => Some(fast_commit::plan(fs, &mut st, ino)?),
+                (Some(tid), Promise::Durable) => Some(fast_commit::plan(fs, &mut st, ino, tid)?),
                 _ => None,
             };
             (tid, flush, fast_commit)

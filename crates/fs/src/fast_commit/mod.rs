@@ -57,6 +57,9 @@ pub enum Ineligible {
     NewDirectory,
     /// The fast-commit area is full until the running transaction commits.
     AreaFull,
+    /// The file's changes are all in a transaction already committing: the fsync waits
+    /// for it and writes nothing.
+    AlreadyCommitting,
 }
 
 impl Ineligible {
@@ -73,6 +76,7 @@ impl Ineligible {
             Ineligible::DeepPath => "deep_new_path",
             Ineligible::NewDirectory => "new_directory",
             Ineligible::AreaFull => "area_full",
+            Ineligible::AlreadyCommitting => "already_committing",
         }
     }
 }
@@ -142,11 +146,22 @@ pub(crate) struct Plan {
     pub records: Vec<FcRecord>,
 }
 
-/// Turns an fsync of `ino` (whose data was just written back) into a fast commit, or
-/// says why it must commit in full.
-pub(crate) fn plan(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Result<Plan, Ineligible>> {
+/// Turns an fsync of `ino` (whose data was just written back, and whose newest change
+/// is in transaction `wanted`) into a fast commit, or says why it must commit in full.
+pub(crate) fn plan(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    wanted: Tid,
+) -> FsResult<Result<Plan, Ineligible>> {
     if let Err(reason) = eligible(fs, st, ino) {
         return Ok(Err(reason));
+    }
+    let tid = fs.journal.fast_commit_tid();
+    if tid != wanted {
+        // Everything of the file is in a transaction already committing: waiting for it
+        // costs what a fast commit would wait for anyway, and writes nothing more.
+        return Ok(Err(Ineligible::AlreadyCommitting));
     }
     let durable = fs.journal.committed_tid();
     let chain = match new_chain(fs, st, ino, durable)? {
@@ -179,7 +194,7 @@ pub(crate) fn plan(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Result<
     st.fc.next_ticket += 1;
     Ok(Ok(Plan {
         ticket,
-        tid: fs.journal.fast_commit_tid(),
+        tid,
         records,
     }))
 }
