@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{e2fsck, mkfs_ext4, run, LoopMount, Scratch};
+use common::{e2fsck, list_dir, mkfs_ext4, run, LoopMount, Scratch};
 use jext_fs::{FileKind, Fs, Ino, MountOptions, ROOT_INO};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
@@ -91,40 +91,34 @@ fn jext_tree(fs: &Fs) -> BTreeMap<String, Node> {
     let mut out = BTreeMap::new();
     let mut stack: Vec<(Ino, String)> = vec![(ROOT_INO, String::new())];
     while let Some((dir, rel)) = stack.pop() {
-        let mut cookie = 0;
-        loop {
-            let batch = fs.readdir(dir, cookie).unwrap();
-            let Some(last) = batch.last() else { break };
-            cookie = last.next_cookie;
-            for e in batch {
-                let name = String::from_utf8_lossy(&e.name).into_owned();
-                let path = format!("{rel}/{name}");
-                if name == "." || name == ".." || path == "/lost+found" {
-                    continue;
-                }
-                let st = fs.stat(e.ino).unwrap();
-                assert_eq!(st.kind, e.kind, "{path}: entry type and inode type");
-                let mut node = Node {
-                    kind: kind_name(st.kind),
-                    perm: u32::from(st.perm),
-                    size: 0,
-                    links: 0,
-                    mtime: 0,
-                    bytes: Vec::new(),
-                };
-                match st.kind {
-                    FileKind::Regular => {
-                        node.size = st.size;
-                        node.links = u64::from(st.nlink);
-                        node.mtime = st.mtime.seconds;
-                        node.bytes = fs.read(e.ino, 0, st.size as usize).unwrap();
-                    }
-                    FileKind::Symlink => node.bytes = fs.readlink(e.ino).unwrap(),
-                    FileKind::Directory => stack.push((e.ino, path.clone())),
-                    _ => {}
-                }
-                out.insert(path, node);
+        for e in list_dir(fs, dir) {
+            let name = String::from_utf8_lossy(&e.name).into_owned();
+            let path = format!("{rel}/{name}");
+            if name == "." || name == ".." || path == "/lost+found" {
+                continue;
             }
+            let st = fs.stat(e.ino).unwrap();
+            assert_eq!(st.kind, e.kind, "{path}: entry type and inode type");
+            let mut node = Node {
+                kind: kind_name(st.kind),
+                perm: u32::from(st.perm),
+                size: 0,
+                links: 0,
+                mtime: 0,
+                bytes: Vec::new(),
+            };
+            match st.kind {
+                FileKind::Regular => {
+                    node.size = st.size;
+                    node.links = u64::from(st.nlink);
+                    node.mtime = st.mtime.seconds;
+                    node.bytes = fs.read(e.ino, 0, st.size as usize).unwrap();
+                }
+                FileKind::Symlink => node.bytes = fs.readlink(e.ino).unwrap(),
+                FileKind::Directory => stack.push((e.ino, path.clone())),
+                _ => {}
+            }
+            out.insert(path, node);
         }
     }
     out

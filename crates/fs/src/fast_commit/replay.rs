@@ -769,3 +769,396 @@ impl MetaIo for ReplayIo<'_, '_> {
         mark_blocks(self.tx, start, count, false).map(|_| ())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::bitmap;
+    use crate::types::Timestamp;
+    use crate::{mkfs, Fs, MkfsOptions, MountOptions};
+    use jext_io::IoFlags;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    /// A jext image file in a scratch directory, removed on drop.
+    struct Image(PathBuf);
+
+    impl Image {
+        fn new(name: &str) -> Image {
+            let dir =
+                std::env::temp_dir().join(format!("jext-fc-replay-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("fs.img");
+            std::fs::File::create(&path)
+                .unwrap()
+                .set_len(64 << 20)
+                .unwrap();
+            let dev = jext_device::open_path(&path, false).unwrap();
+            let opts = MkfsOptions {
+                block_size: Some(1024),
+                fast_commit: true,
+                assume_zeroed: true,
+                ..MkfsOptions::default()
+            };
+            mkfs(dev.clone(), &opts).unwrap();
+            dev.release_owner();
+            Image(path)
+        }
+
+        fn mount(&self) -> Fs {
+            Fs::open_path(&self.0, MountOptions::default()).unwrap()
+        }
+
+        fn e2fsck_clean(&self) {
+            let out = std::process::Command::new("e2fsck")
+                .args(["-fn", self.0.to_str().unwrap()])
+                .output();
+            match out {
+                Err(e) => eprintln!("SKIPPED the e2fsck check: cannot run e2fsck ({e})"),
+                Ok(out) => assert!(
+                    out.status.success(),
+                    "e2fsck -fn {}:\n{}{}",
+                    self.0.display(),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            }
+        }
+    }
+
+    impl Drop for Image {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
+    }
+
+    /// Inode numbers and blocks the records use, found on the mounted file system.
+    struct Plan {
+        bs: usize,
+        /// Free inode numbers for the new inodes.
+        new_inos: Vec<u32>,
+        /// A run of free blocks for the new data, far from where the allocator looks.
+        free_run: u64,
+        existing: u32,
+        trunc: u32,
+        dir_a: u32,
+    }
+
+    /// The committed state the fast commits build on: a directory with two files.
+    fn base_state(fs: &Fs) -> Plan {
+        fs.mkdir_path("/a", 0o755).unwrap();
+        for (name, len) in [("/a/existing", 5000), ("/a/trunc", 5 * 1024)] {
+            let f = fs.create_file(name, 0o644).unwrap();
+            f.write_at(0, &pattern(9, len)).unwrap();
+            f.fsync().unwrap();
+        }
+        fs.sync().unwrap();
+        fs.with_state(|inner, st| {
+            let geo = &inner.geo;
+            let last = geo.group_count - 1;
+            let desc = read_desc(inner, last).unwrap();
+            let bytes = inner.cache.get(desc.block_bitmap).unwrap().bytes();
+            let bits = geo.blocks_in_group(last);
+            // The last 8 free blocks of the last group.
+            let bit = (0..bits - 8)
+                .rev()
+                .find(|&b| (b..b + 8).all(|i| !bitmap::test_bit(&bytes, i)))
+                .expect("a free run");
+            let ibytes = inner
+                .cache
+                .get(read_desc(inner, 0).unwrap().inode_bitmap)
+                .unwrap()
+                .bytes();
+            let new_inos = (geo.first_ino..geo.inodes_per_group)
+                .filter(|&i| !bitmap::test_bit(&ibytes, i - 1))
+                .skip(10)
+                .take(3)
+                .collect();
+            let mut lookup = |parent: u32, name: &str| {
+                crate::namei::lookup(inner, st, parent, name.as_bytes()).unwrap()
+            };
+            let dir_a = lookup(ROOT_INO, "a");
+            Plan {
+                bs: geo.block_size as usize,
+                new_inos,
+                free_run: geo.group_first_block(last) + u64::from(bit),
+                existing: lookup(dir_a, "existing"),
+                trunc: lookup(dir_a, "trunc"),
+                dir_a,
+            }
+        })
+        .unwrap()
+    }
+
+    /// The logged form of a new inode: what an INODE record carries.
+    fn logged(fs: &FsInner, ino: u32, mode: u32, size: u64, links: u16) -> Vec<u8> {
+        let mut raw = crate::inodes::new_record(fs, mode, 0, 0, ino * 3, Timestamp::now(), 0);
+        raw.set_size(size);
+        raw.set_links_count(links);
+        let len = GOOD_OLD_INODE_SIZE + usize::from(raw.extra_isize());
+        raw.encode(ino, fs.csum_seed)[..len].to_vec()
+    }
+
+    fn dentry(parent: u32, ino: u32, name: &str) -> Dentry {
+        Dentry {
+            parent,
+            ino,
+            name: name.as_bytes().to_vec(),
+        }
+    }
+
+    /// Records of a new file with data and a hard link, a new directory with a file, an
+    /// unlink and a truncate, as Linux would log them; their data goes to the device.
+    fn records(fs: &Fs, plan: &Plan) -> Vec<FcRecord> {
+        let [file, dir, inner_file] = plan.new_inos[..] else {
+            panic!("three free inodes")
+        };
+        let bs = plan.bs;
+        let data = pattern(1, 3 * bs);
+        let inner_data = pattern(2, bs);
+        fs.with_state(|inner, _| {
+            let write = |block: u64, bytes: &[u8]| {
+                inner
+                    .io
+                    .write(
+                        block * bs as u64,
+                        Arc::from(bytes.to_vec()),
+                        IoFlags::empty(),
+                    )
+                    .unwrap()
+            };
+            write(plan.free_run, &data);
+            write(plan.free_run + 3, &inner_data);
+            let file_size = (3 * bs - 100) as u64;
+            vec![
+                FcRecord::Inode {
+                    ino: file,
+                    raw: logged(inner, file, 0o100644, file_size, 1),
+                },
+                FcRecord::AddRange {
+                    ino: file,
+                    lblk: 0,
+                    len: 3,
+                    pblk: plan.free_run,
+                    unwritten: false,
+                },
+                FcRecord::Creat(dentry(ROOT_INO, file, "new-file")),
+                FcRecord::Inode {
+                    ino: dir,
+                    raw: logged(inner, dir, 0o40755, bs as u64, 2),
+                },
+                FcRecord::Creat(dentry(ROOT_INO, dir, "new-dir")),
+                FcRecord::Inode {
+                    ino: inner_file,
+                    raw: logged(inner, inner_file, 0o100600, 700, 1),
+                },
+                FcRecord::AddRange {
+                    ino: inner_file,
+                    lblk: 0,
+                    len: 1,
+                    pblk: plan.free_run + 3,
+                    unwritten: false,
+                },
+                FcRecord::Creat(dentry(dir, inner_file, "inner")),
+                FcRecord::Link(dentry(dir, file, "hard")),
+                FcRecord::Unlink(dentry(plan.dir_a, plan.existing, "existing")),
+                FcRecord::DelRange {
+                    ino: plan.trunc,
+                    lblk: 2,
+                    len: 3,
+                },
+                FcRecord::Inode {
+                    ino: file,
+                    raw: logged(inner, file, 0o100644, file_size, 2),
+                },
+            ]
+        })
+        .unwrap()
+    }
+
+    fn replay(fs: &Fs, records: &[FcRecord]) -> FsResult<ReplayReport> {
+        let report = fs.with_state(|inner, st| apply(inner, st, records))?;
+        fs.sync()?;
+        report
+    }
+
+    /// Path -> (kind, size, links, bytes), and the free counts: what must not depend on
+    /// how many times the records were applied.
+    /// Path -> (kind, size, links, bytes).
+    type Tree = BTreeMap<String, (FileKind, u64, u32, Vec<u8>)>;
+
+    fn snapshot(fs: &Fs) -> (Tree, u64, u64) {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            for e in fs.readdir(dir, 0).unwrap() {
+                if e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                let path = format!("{rel}/{}", String::from_utf8_lossy(&e.name));
+                let st = fs.stat(e.ino).unwrap();
+                let bytes = match st.kind {
+                    FileKind::Regular => fs.read(e.ino, 0, st.size as usize).unwrap(),
+                    FileKind::Directory => {
+                        stack.push((e.ino, path.clone()));
+                        Vec::new()
+                    }
+                    _ => Vec::new(),
+                };
+                out.insert(path, (st.kind, st.size, st.nlink, bytes));
+            }
+        }
+        let sfs = fs.statfs().unwrap();
+        (out, sfs.blocks_free, sfs.inodes_free)
+    }
+
+    fn check_result(fs: &Fs, plan: &Plan) {
+        let bs = plan.bs;
+        let file = fs.resolve("/new-file").unwrap();
+        let st = fs.stat(file).unwrap();
+        assert_eq!((st.size, st.nlink), ((3 * bs - 100) as u64, 2));
+        assert_eq!(st.blocks_512, (3 * bs / 512) as u64, "i_blocks recomputed");
+        assert_eq!(fs.read(file, 0, 3 * bs).unwrap(), pattern(1, 3 * bs - 100));
+        assert_eq!(fs.resolve("/new-dir/hard").unwrap(), file);
+        let inner_file = fs.resolve("/new-dir/inner").unwrap();
+        assert_eq!(fs.read(inner_file, 0, 700).unwrap(), pattern(2, 700));
+        let dir = fs.stat(fs.resolve("/new-dir").unwrap()).unwrap();
+        assert_eq!(dir.nlink, 2);
+        assert!(fs.resolve("/a/existing").is_err(), "unlinked");
+        let trunc = fs.stat(plan.trunc).unwrap();
+        assert_eq!(
+            trunc.blocks_512,
+            (2 * bs / 512) as u64,
+            "blocks 2..5 unmapped"
+        );
+        assert_eq!(
+            fs.stat(ROOT_INO).unwrap().nlink,
+            5,
+            "/, lost+found, a, new-dir"
+        );
+    }
+
+    #[test]
+    fn records_replay_into_files_and_replaying_twice_changes_nothing() {
+        let mut results = Vec::new();
+        for times in [1, 2] {
+            let image = Image::new(&format!("twice-{times}"));
+            let fs = image.mount();
+            let plan = base_state(&fs);
+            let records = records(&fs, &plan);
+            let mut reports = Vec::new();
+            for _ in 0..times {
+                reports.push(replay(&fs, &records).unwrap());
+            }
+            assert_eq!(reports[0].records, records.len());
+            assert_eq!(reports[0].skipped, 0, "{}", reports[0]);
+            if times == 2 {
+                // The unlinked name is gone; "new-dir" is made afresh by its CREAT, so
+                // the LINK into it adds "hard" again (and the INODE after it sets the
+                // link count back), as in the kernel.
+                assert_eq!(reports[1].skipped, 1, "{}", reports[1]);
+            }
+            check_result(&fs, &plan);
+            fs.unmount().unwrap();
+            // The mount finishes the unlinked inode (an orphan since the replay).
+            let fs = image.mount();
+            check_result(&fs, &plan);
+            results.push(snapshot(&fs));
+            fs.unmount().unwrap();
+            image.e2fsck_clean();
+        }
+        assert_eq!(results[0], results[1], "once and twice agree");
+    }
+
+    #[test]
+    fn bad_records_are_refused_by_name_before_anything_changes() {
+        let image = Image::new("bad");
+        let fs = image.mount();
+        let plan = base_state(&fs);
+        let before = snapshot(&fs);
+        let blocks = fs.with_state(|inner, _| inner.geo.blocks_count).unwrap();
+        let inodes = fs.statfs().unwrap().inodes as u32;
+        let good = records(&fs, &plan);
+        let bad: Vec<(FcRecord, &str)> = vec![
+            (
+                FcRecord::DelRange {
+                    ino: inodes + 1,
+                    lblk: 0,
+                    len: 1,
+                },
+                "not an ordinary inode",
+            ),
+            (
+                FcRecord::Inode {
+                    ino: 8,
+                    raw: vec![0; 160],
+                },
+                "not an ordinary inode",
+            ),
+            (
+                FcRecord::AddRange {
+                    ino: plan.trunc,
+                    lblk: 0,
+                    len: 4,
+                    pblk: blocks - 2,
+                    unwritten: false,
+                },
+                "not all on the device",
+            ),
+            (
+                FcRecord::AddRange {
+                    ino: plan.trunc,
+                    lblk: 0,
+                    len: 1,
+                    pblk: 1,
+                    unwritten: false,
+                },
+                "metadata",
+            ),
+            (
+                FcRecord::Creat(dentry(ROOT_INO, plan.trunc, "a/b")),
+                "not a valid file name",
+            ),
+            (
+                FcRecord::Inode {
+                    ino: plan.trunc,
+                    raw: vec![0; 4000],
+                },
+                "logged inode of 4000 bytes",
+            ),
+            (
+                FcRecord::Link(dentry(plan.trunc, plan.existing, "x")),
+                "not a directory",
+            ),
+        ];
+        for (record, why) in bad {
+            // Good records first: a bad one later stops the replay all the same.
+            let mut list = good.clone();
+            let at = if why == "not a directory" {
+                0
+            } else {
+                list.len()
+            };
+            list.insert(at, record);
+            let err = fs
+                .with_state(|inner, st| apply(inner, st, &list))
+                .unwrap()
+                .expect_err(why);
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("fast-commit record {at} (")) && text.contains(why),
+                "{why}: {text}"
+            );
+        }
+        assert_eq!(snapshot(&fs), before, "a refused replay changes nothing");
+        fs.unmount().unwrap();
+        image.e2fsck_clean();
+    }
+}
