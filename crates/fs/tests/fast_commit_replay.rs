@@ -12,10 +12,14 @@
 mod common;
 
 use common::{e2fsck, list_dir, mkfs_ext4, run, LoopMount, Scratch};
+use jext_device::{CrashCapture, SimDevice};
 use jext_fs::{FileKind, Fs, Ino, MountOptions, ROOT_INO};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::sync::Arc;
 
 /// What a tree holds at one path, as both sides can tell it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,6 +196,7 @@ fn linux_work(m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
     std::fs::write(p("doomed"), pattern(4, 70_000)).unwrap();
     std::fs::write(p("renamed-from"), pattern(5, 9000)).unwrap();
     std::fs::create_dir(p("old-dir")).unwrap();
+    run("fallocate", &["-l", "1M", p("prealloc").to_str().unwrap()]);
     run("sync", &[]);
 
     // From here on only fast commits (commit=600 holds back the full commit).
@@ -261,6 +266,19 @@ fn linux_work(m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
     let mut punched = pattern(3, 200_000);
     punched[65536..131072].fill(0);
     expect.insert("/punched".to_string(), punched);
+
+    // Writing inside a preallocated (unwritten) extent: ADD_RANGE of written blocks
+    // over unwritten ones.
+    let pre = std::fs::OpenOptions::new()
+        .write(true)
+        .open(p("prealloc"))
+        .unwrap();
+    let inside = pattern(9, 5000);
+    pre.write_all_at(&inside, 8192).unwrap();
+    pre.sync_all().unwrap();
+    let mut prealloc = vec![0u8; 1 << 20];
+    prealloc[8192..8192 + 5000].copy_from_slice(&inside);
+    expect.insert("/prealloc".to_string(), prealloc);
 
     // Unlink, rename and a hard link; a later fsync carries them.
     std::fs::remove_file(p("doomed")).unwrap();
@@ -372,4 +390,60 @@ fn linux_fast_commits_replay_as_linux_replays_them_4k() {
     if root_and_loop_or_skip("linux_fast_commits_replay_as_linux_replays_them_4k") {
         linux_replay_agrees_with_jext("4096");
     }
+}
+
+/// A crash anywhere in jext's mount of a crashed image (recovery, the replay's commit,
+/// finishing orphans, the unmount) leaves an image that the next mount brings to the same
+/// tree: the replay is one transaction and applying it again from the same state gives
+/// the same result. Crash points: before and after every flush, the end, with none and
+/// with a random half of the writes not yet flushed.
+#[test]
+fn a_crash_during_the_replay_converges_to_the_same_tree() {
+    if !root_and_loop_or_skip("a_crash_during_the_replay_converges_to_the_same_tree") {
+        return;
+    }
+    let _one_at_a_time = LINUX.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("fc-replay-crash");
+    let (crashed, _) = crashed_image(&scratch, "1024");
+    let dev = Arc::new(SimDevice::from_image_file(&crashed).unwrap());
+    dev.start_capture();
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let expected = jext_tree(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let capture: CrashCapture = dev.take_capture().unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    // Around every flush, and the end.
+    let mut points: Vec<usize> = vec![capture.ops().len()];
+    for flush in capture.flush_points() {
+        points.extend([flush, flush + 1]);
+    }
+    points.sort_unstable();
+    points.dedup();
+    let image = scratch.path("state.img");
+    let mut states = 0;
+    for upto in points {
+        let window = capture.window_len(upto);
+        let keep: Vec<bool> = (0..window).map(|_| rng.gen_bool(0.5)).collect();
+        for (label, state) in [
+            ("none", capture.crash_state(upto, |_| false)),
+            ("half", capture.crash_state(upto, |i| keep[i])),
+        ] {
+            let state = Arc::new(state);
+            let fs = Fs::open(state.clone(), MountOptions::default())
+                .unwrap_or_else(|e| panic!("crash at op {upto} ({label} of the window): {e}"));
+            assert_same_tree(
+                &format!("crash at op {upto} ({label} of the window)"),
+                &jext_tree(&fs),
+                &expected,
+            );
+            fs.unmount().unwrap();
+            state.write_current_image(&image).unwrap();
+            let (code, text) = e2fsck(&image);
+            assert_eq!(code, 0, "crash at op {upto} ({label}): e2fsck -fn:\n{text}");
+            states += 1;
+        }
+    }
+    eprintln!("{states} crash states of jext's replay checked");
+    assert!(states >= 6, "only {states} crash points");
 }
