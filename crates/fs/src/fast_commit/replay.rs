@@ -262,6 +262,9 @@ fn check_record(fs: &FsInner, record: &FcRecord, meta: &mut MetadataMap) -> Resu
             if d.parent != ROOT_INO {
                 check_ino(fs, d.parent)?;
             }
+            if d.parent == d.ino {
+                return Err(format!("inode {} named in itself", d.ino));
+            }
             dir::check_name(&d.name).map_err(|e| e.to_string())
         }
         FcRecord::Inode { ino, raw } => {
@@ -385,6 +388,12 @@ fn slot_never_used(fs: &FsInner, ino: u32) -> FsResult<bool> {
 /// The record of `ino` if it is in use (a type and a link: what the kernel's `iget`
 /// accepts), loaded in the inode cache.
 fn in_use(tx: &mut Tx, ino: u32) -> FsResult<Option<Inode>> {
+    if ino == 0 || ino > tx.fs.geo.inodes_count {
+        return Err(FsError::Inconsistent(format!(
+            "inode number {ino} is out of range (1..={})",
+            tx.fs.geo.inodes_count
+        )));
+    }
     if !tx.st.inodes.contains_key(&ino) && slot_never_used(tx.fs, ino)? {
         return Ok(None);
     }
@@ -607,15 +616,20 @@ fn link(tx: &mut Tx, touched: &mut Touched, d: &Dentry) -> FsResult<bool> {
     let Some(child) = in_use(tx, d.ino)? else {
         return Ok(false);
     };
+    if is_dir_mode(child.mode()) {
+        // Linux logs no LINK of a directory (renaming one makes fsync commit in full).
+        return Err(FsError::NotPermitted(format!(
+            "a second name for directory {}",
+            d.ino
+        )));
+    }
     if !add_name(tx, touched, d, &child)? {
         return Ok(false);
     }
-    if !is_dir_mode(child.mode()) {
-        let info = tx.inode(d.ino)?;
-        info.raw
-            .set_links_count(info.raw.links_count().saturating_add(1).min(LINK_MAX));
-        tx.write_inode(d.ino)?;
-    }
+    let info = tx.inode(d.ino)?;
+    info.raw
+        .set_links_count(info.raw.links_count().saturating_add(1).min(LINK_MAX));
+    tx.write_inode(d.ino)?;
     Ok(true)
 }
 
@@ -1134,14 +1148,23 @@ mod tests {
                 "logged inode of 4000 bytes",
             ),
             (
+                FcRecord::Unlink(dentry(plan.trunc, plan.trunc, "x")),
+                "named in itself",
+            ),
+            (
                 FcRecord::Link(dentry(plan.trunc, plan.existing, "x")),
                 "not a directory",
+            ),
+            (
+                FcRecord::Link(dentry(ROOT_INO, plan.dir_a, "x")),
+                "a second name for directory",
             ),
         ];
         for (record, why) in bad {
             // Good records first: a bad one later stops the replay all the same.
             let mut list = good.clone();
-            let at = if why == "not a directory" {
+            let changes = ["not a directory", "a second name for directory"];
+            let at = if changes.contains(&why) {
                 0
             } else {
                 list.len()
