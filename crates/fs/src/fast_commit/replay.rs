@@ -327,11 +327,12 @@ fn logged_inode_len(fs: &FsInner, raw: &[u8]) -> Result<usize, String> {
             raw.len()
         ));
     }
-    if size == GOOD_OLD_INODE_SIZE {
+    if size == GOOD_OLD_INODE_SIZE || raw.len() == GOOD_OLD_INODE_SIZE {
+        // An inode with no extra fields in use is logged as its first 128 bytes.
         return Ok(GOOD_OLD_INODE_SIZE);
     }
     if raw.len() < I_EXTRA_ISIZE + 2 {
-        return Err("the logged inode stops before i_extra_isize".into());
+        return Err("the logged inode stops inside i_extra_isize".into());
     }
     let extra = usize::from(u16::from_le_bytes([
         raw[I_EXTRA_ISIZE],
@@ -1146,6 +1147,24 @@ mod tests {
                     raw: vec![0; 4000],
                 },
                 "logged inode of 4000 bytes",
+            ),
+            (
+                FcRecord::Inode {
+                    ino: plan.trunc,
+                    raw: vec![0; 129],
+                },
+                "stops inside i_extra_isize",
+            ),
+            (
+                FcRecord::Inode {
+                    ino: plan.trunc,
+                    raw: {
+                        let mut raw = vec![0; 160];
+                        raw[I_EXTRA_ISIZE] = 64;
+                        raw
+                    },
+                },
+                "i_extra_isize 64 does not fit",
             ),
             (
                 FcRecord::Unlink(dentry(plan.trunc, plan.trunc, "x")),
