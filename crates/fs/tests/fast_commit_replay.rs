@@ -291,27 +291,36 @@ fn linux_work(m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
     expect
 }
 
-/// Makes the crashed image: Linux's work, copied while mounted.
+/// What Linux does before the crash; returns what each fsynced file must hold.
+type Work<'a> = &'a dyn Fn(&LoopMount) -> BTreeMap<String, Vec<u8>>;
+
+/// The record kinds `linux_work` makes Linux log.
+const ALL_TAGS: &[&str] = &[
+    "tag HEAD",
+    "CREAT_DENTRY",
+    "ADD_RANGE",
+    "DEL_RANGE",
+    "DEL_ENTRY",
+    "ADD_ENTRY",
+];
+
+/// Makes the crashed image: Linux's work, copied while mounted; `tags` must be among the
+/// fast-commit records `debugfs logdump` lists.
 fn crashed_image(
     scratch: &Scratch,
     block_size: &str,
+    work: Work,
+    tags: &[&str],
 ) -> (std::path::PathBuf, BTreeMap<String, Vec<u8>>) {
     let live = scratch.path("live.img");
     mkfs_ext4(&live, 256, &["-b", block_size, "-O", "fast_commit"]);
     let crashed = scratch.path("crashed.img");
     let m = LoopMount::new(&live, &scratch.path("live"), "commit=600");
-    let expect = linux_work(&m);
+    let expect = work(&m);
     std::fs::copy(&live, &crashed).unwrap();
     m.unmount();
     let dump = run("debugfs", &["-R", "logdump", crashed.to_str().unwrap()]);
-    for tag in [
-        "tag HEAD",
-        "CREAT_DENTRY",
-        "ADD_RANGE",
-        "DEL_RANGE",
-        "DEL_ENTRY",
-        "ADD_ENTRY",
-    ] {
+    for tag in tags {
         assert!(
             dump.contains(tag),
             "the crashed image must hold fast commits with {tag}:\n{dump}"
@@ -324,10 +333,10 @@ fn crashed_image(
 /// commits obsolete: the Linux halves run one at a time.
 static LINUX: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn linux_replay_agrees_with_jext(block_size: &str) {
+fn linux_replay_agrees_with_jext(name: &str, block_size: &str, work: Work, tags: &[&str]) {
     let _one_at_a_time = LINUX.lock().unwrap_or_else(|e| e.into_inner());
-    let scratch = Scratch::new(&format!("fc-replay-{block_size}"));
-    let (crashed, expect) = crashed_image(&scratch, block_size);
+    let scratch = Scratch::new(&format!("fc-replay-{name}-{block_size}"));
+    let (crashed, expect) = crashed_image(&scratch, block_size, work, tags);
     let kernel_img = scratch.path("kernel.img");
     let jext_img = scratch.path("jext.img");
     std::fs::copy(&crashed, &kernel_img).unwrap();
@@ -381,14 +390,14 @@ fn linux_replay_agrees_with_jext(block_size: &str) {
 #[test]
 fn linux_fast_commits_replay_as_linux_replays_them_1k() {
     if root_and_loop_or_skip("linux_fast_commits_replay_as_linux_replays_them_1k") {
-        linux_replay_agrees_with_jext("1024");
+        linux_replay_agrees_with_jext("fixed", "1024", &linux_work, ALL_TAGS);
     }
 }
 
 #[test]
 fn linux_fast_commits_replay_as_linux_replays_them_4k() {
     if root_and_loop_or_skip("linux_fast_commits_replay_as_linux_replays_them_4k") {
-        linux_replay_agrees_with_jext("4096");
+        linux_replay_agrees_with_jext("fixed", "4096", &linux_work, ALL_TAGS);
     }
 }
 
@@ -404,7 +413,7 @@ fn a_crash_during_the_replay_converges_to_the_same_tree() {
     }
     let _one_at_a_time = LINUX.lock().unwrap_or_else(|e| e.into_inner());
     let scratch = Scratch::new("fc-replay-crash");
-    let (crashed, _) = crashed_image(&scratch, "1024");
+    let (crashed, _) = crashed_image(&scratch, "1024", &linux_work, ALL_TAGS);
     let dev = Arc::new(SimDevice::from_image_file(&crashed).unwrap());
     dev.start_capture();
     let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
@@ -446,4 +455,110 @@ fn a_crash_during_the_replay_converges_to_the_same_tree() {
     }
     eprintln!("{states} crash states of jext's replay checked");
     assert!(states >= 6, "only {states} crash points");
+}
+
+/// Random work: files created, appended, truncated, unlinked and renamed, directories
+/// made, some files fsynced; a file's fsynced bytes are promised until it changes again.
+fn random_work(seed: u64, m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut dirs = vec![String::new()];
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut expect = BTreeMap::new();
+    let path = |rel: &str| m.path(rel.trim_start_matches('/'));
+    for i in 0..8 {
+        let name = format!("/base-{i}");
+        let bytes = pattern(seed + i, rng.gen_range(0..20_000));
+        std::fs::write(path(&name), &bytes).unwrap();
+        files.insert(name, bytes);
+    }
+    run("sync", &[]);
+    for step in 0..200u64 {
+        let pick = |rng: &mut StdRng, files: &BTreeMap<String, Vec<u8>>| {
+            let i = rng.gen_range(0..files.len().max(1));
+            files.keys().nth(i).cloned()
+        };
+        match rng.gen_range(0..10) {
+            0 | 1 => {
+                let dir = &dirs[rng.gen_range(0..dirs.len())];
+                let name = format!("{dir}/f-{step}");
+                let bytes = pattern(seed * 1000 + step, rng.gen_range(0..30_000));
+                std::fs::write(path(&name), &bytes).unwrap();
+                expect.remove(&name);
+                files.insert(name, bytes);
+            }
+            2 | 3 => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                let more = pattern(step, rng.gen_range(1..9000));
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path(&name))
+                    .unwrap();
+                std::io::Write::write_all(&mut &f, &more).unwrap();
+                files.get_mut(&name).unwrap().extend_from_slice(&more);
+                expect.remove(&name);
+            }
+            4 => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                let bytes = files.get_mut(&name).unwrap();
+                let len = rng.gen_range(0..=bytes.len() + 5000);
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path(&name))
+                    .unwrap()
+                    .set_len(len as u64)
+                    .unwrap();
+                bytes.resize(len, 0);
+                expect.remove(&name);
+            }
+            5 => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                std::fs::remove_file(path(&name)).unwrap();
+                files.remove(&name);
+                expect.remove(&name);
+            }
+            6 => {
+                let parent = dirs[rng.gen_range(0..dirs.len())].clone();
+                let dir = format!("{parent}/d-{step}");
+                std::fs::create_dir(path(&dir)).unwrap();
+                dirs.push(dir);
+            }
+            7 => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                let dir = &dirs[rng.gen_range(0..dirs.len())];
+                let to = format!("{dir}/r-{step}");
+                std::fs::rename(path(&name), path(&to)).unwrap();
+                let bytes = files.remove(&name).unwrap();
+                expect.remove(&name);
+                files.insert(to, bytes);
+            }
+            _ => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                fsync(&path(&name));
+                expect.insert(name.clone(), files[&name].clone());
+            }
+        }
+    }
+    expect
+}
+
+#[test]
+fn random_linux_work_replays_as_linux_replays_it() {
+    if !root_and_loop_or_skip("random_linux_work_replays_as_linux_replays_it") {
+        return;
+    }
+    for seed in 1..=4u64 {
+        let work = move |m: &LoopMount| random_work(seed, m);
+        let block_size = if seed % 2 == 0 { "4096" } else { "1024" };
+        linux_replay_agrees_with_jext(&format!("random-{seed}"), block_size, &work, &["tag HEAD"]);
+    }
 }

@@ -24,8 +24,10 @@
 //! counts the xattr block; a fast symlink or device node takes `i_block` from its logged
 //! inode (the kernel keeps the on-disk bytes, which for a new inode are zeros); an UNLINK
 //! whose name now names another inode changes nothing (the kernel drops a link of the
-//! logged inode, which is not idempotent); a name that loses its last link puts the inode
-//! on the orphan list (the mount then deletes it), as the kernel's `iput` would.
+//! logged inode, which is not idempotent); an unlinked directory is deleted (the kernel
+//! leaves it with one link and no name). An inode that loses its last link is deleted
+//! there and then, blocks and number freed, as the kernel's `iput` does: a later INODE
+//! record may reuse the number and must find an empty extent tree.
 //!
 //! Promises: idempotent (the records applied again to the result give the same file
 //! system), so a crash before the replay's commit is durable is harmless; every block a
@@ -51,7 +53,8 @@ use crate::namei::LINK_MAX;
 use crate::orphan;
 use crate::state::{FsInner, FsState};
 use crate::tx::Tx;
-use crate::types::{FileKind, ROOT_INO};
+use crate::types::{FileKind, Timestamp, ROOT_INO};
+use crate::xattr_ops;
 use jext_journal::format::fast_commit::{Dentry, FcRecord};
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -634,8 +637,7 @@ fn link(tx: &mut Tx, touched: &mut Touched, d: &Dentry) -> FsResult<bool> {
     Ok(true)
 }
 
-/// UNLINK: the name goes if it names the inode; an inode left without links becomes an
-/// orphan, which the mount deletes.
+/// UNLINK: the name goes if it names the inode; an inode left without links is deleted.
 fn unlink(tx: &mut Tx, touched: &mut Touched, d: &Dentry) -> FsResult<bool> {
     let Some(child) = in_use(tx, d.ino)? else {
         return Ok(false);
@@ -658,12 +660,35 @@ fn unlink(tx: &mut Tx, touched: &mut Touched, d: &Dentry) -> FsResult<bool> {
     } else {
         child.links_count().saturating_sub(1)
     };
-    tx.inode(d.ino)?.raw.set_links_count(links);
     if links == 0 {
-        orphan::add(tx, d.ino)?;
+        return delete(tx, d.ino, is_dir).map(|()| true);
     }
+    tx.inode(d.ino)?.raw.set_links_count(links);
     tx.write_inode(d.ino)?;
     Ok(true)
+}
+
+/// Deletes an inode whose last name went, as the kernel's `iput` does during its replay:
+/// its blocks and xattr block are freed and its number is free again, so an INODE record
+/// later in the log that reuses the number starts from an empty extent tree.
+fn delete(tx: &mut Tx, ino: u32, is_dir: bool) -> FsResult<()> {
+    blockmap::with_root(tx, ino, |tx, root, owner| {
+        extent_tree::remove_range(&mut ReplayIo { tx }, root, owner, 0, LOGICAL_END)
+    })?;
+    xattr_ops::drop_block(tx, ino)?;
+    orphan::remove(tx, ino)?;
+    let now = Timestamp::now();
+    let bs = tx.fs.geo.block_size;
+    let info = tx.inode(ino)?;
+    info.size = 0;
+    info.raw.set_size(0);
+    info.raw.set_blocks_512(0, bs);
+    info.raw.set_links_count(0);
+    info.raw
+        .set_dtime(now.seconds.clamp(1, i64::from(u32::MAX)) as u32);
+    tx.write_inode(ino)?;
+    tx.st.note_data_change(ino);
+    alloc::free_inode(tx, ino, is_dir)
 }
 
 /// The final pass: directory link counts, then every touched inode's blocks marked used
@@ -720,7 +745,8 @@ const MARK_CREDITS: u32 = 12;
 /// if the inode is no longer in use.
 fn mark_blocks_of(tx: &mut Tx, ino: u32) -> FsResult<bool> {
     let raw = tx.raw_inode(ino)?;
-    if raw.mode() == 0 {
+    if raw.mode() == 0 || raw.links_count() == 0 {
+        // Deleted, or never named: the kernel's `iget` skips it too.
         return Ok(false);
     }
     let mut blocks = u64::from(raw.file_acl() != 0);
@@ -789,7 +815,6 @@ impl MetaIo for ReplayIo<'_, '_> {
 mod tests {
     use super::*;
     use crate::format::bitmap;
-    use crate::types::Timestamp;
     use crate::{mkfs, Fs, MkfsOptions, MountOptions};
     use jext_io::IoFlags;
     use std::collections::BTreeMap;
@@ -1082,7 +1107,7 @@ mod tests {
             }
             check_result(&fs, &plan);
             fs.unmount().unwrap();
-            // The mount finishes the unlinked inode (an orphan since the replay).
+            image.e2fsck_clean();
             let fs = image.mount();
             check_result(&fs, &plan);
             results.push(snapshot(&fs));
