@@ -464,6 +464,9 @@ fn random_work(seed: u64, m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
     let mut dirs = vec![String::new()];
     let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut expect = BTreeMap::new();
+    // Names with another name for the same inode: left unchanged, so the model stays
+    // one of bytes per name.
+    let mut linked = std::collections::BTreeSet::new();
     let path = |rel: &str| m.path(rel.trim_start_matches('/'));
     for i in 0..8 {
         let name = format!("/base-{i}");
@@ -477,7 +480,7 @@ fn random_work(seed: u64, m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
             let i = rng.gen_range(0..files.len().max(1));
             files.keys().nth(i).cloned()
         };
-        match rng.gen_range(0..10) {
+        match rng.gen_range(0..11) {
             0 | 1 => {
                 let dir = &dirs[rng.gen_range(0..dirs.len())];
                 let name = format!("{dir}/f-{step}");
@@ -487,7 +490,7 @@ fn random_work(seed: u64, m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
                 files.insert(name, bytes);
             }
             2 | 3 => {
-                let Some(name) = pick(&mut rng, &files) else {
+                let Some(name) = pick(&mut rng, &files).filter(|n| !linked.contains(n)) else {
                     continue;
                 };
                 let more = pattern(step, rng.gen_range(1..9000));
@@ -500,7 +503,7 @@ fn random_work(seed: u64, m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
                 expect.remove(&name);
             }
             4 => {
-                let Some(name) = pick(&mut rng, &files) else {
+                let Some(name) = pick(&mut rng, &files).filter(|n| !linked.contains(n)) else {
                     continue;
                 };
                 let bytes = files.get_mut(&name).unwrap();
@@ -537,6 +540,21 @@ fn random_work(seed: u64, m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
                 std::fs::rename(path(&name), path(&to)).unwrap();
                 let bytes = files.remove(&name).unwrap();
                 expect.remove(&name);
+                if linked.remove(&name) {
+                    linked.insert(to.clone());
+                }
+                files.insert(to, bytes);
+            }
+            8 => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                let dir = &dirs[rng.gen_range(0..dirs.len())];
+                let to = format!("{dir}/l-{step}");
+                std::fs::hard_link(path(&name), path(&to)).unwrap();
+                let bytes = files[&name].clone();
+                linked.insert(name);
+                linked.insert(to.clone());
                 files.insert(to, bytes);
             }
             _ => {
