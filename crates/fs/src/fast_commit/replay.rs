@@ -116,7 +116,7 @@ pub(crate) fn apply(
     if records.is_empty() {
         return Ok(report);
     }
-    let mut meta = MetadataMap::default();
+    let mut meta = MetadataMap::new(fs, st)?;
     for (i, record) in records.iter().enumerate() {
         check_record(fs, record, &mut meta).map_err(|why| bad_record(i, record, why))?;
     }
@@ -231,9 +231,30 @@ fn in_record(i: usize, record: &FcRecord, err: FsError) -> FsError {
     }
 }
 
-/// The metadata ranges of each group, read once per group.
-#[derive(Default)]
-struct MetadataMap(HashMap<u32, Vec<(u64, u64)>>);
+/// Blocks no record may map: the metadata ranges of each group (read once per group) and
+/// the journal's blocks.
+struct MetadataMap {
+    groups: HashMap<u32, Vec<(u64, u64)>>,
+    journal: Vec<(u64, u64)>,
+}
+
+impl MetadataMap {
+    fn new(fs: &FsInner, st: &FsState) -> FsResult<MetadataMap> {
+        let ino = match st.sb.journal_inum() {
+            0 => 8,
+            n => n,
+        };
+        let raw = crate::inodes::read_record(fs, st, ino)?;
+        let journal = blockmap::extents(fs, ino, &raw)?
+            .iter()
+            .map(|e| (e.start, e.start + u64::from(e.len)))
+            .collect();
+        Ok(MetadataMap {
+            groups: HashMap::new(),
+            journal,
+        })
+    }
+}
 
 /// Checks what a record names before anything changes.
 fn check_record(fs: &FsInner, record: &FcRecord, meta: &mut MetadataMap) -> Result<(), String> {
@@ -303,15 +324,22 @@ fn check_blocks(fs: &FsInner, start: u64, len: u64, meta: &mut MetadataMap) -> R
     if len == 0 {
         return Ok(());
     }
+    let overlap =
+        |ranges: &[(u64, u64)]| ranges.iter().find(|(s, e)| *s < end && *e > start).copied();
+    if let Some((s, e)) = overlap(&meta.journal) {
+        return Err(format!(
+            "blocks {start}..{end} overlap the journal at {s}..{e}"
+        ));
+    }
     for group in geo.group_of_block(start)..=geo.group_of_block(end - 1) {
-        let ranges = match meta.0.get(&group) {
+        let ranges = match meta.groups.get(&group) {
             Some(r) => r,
             None => {
                 let r = alloc::metadata_in_group(fs, group).map_err(|e| e.to_string())?;
-                meta.0.entry(group).or_insert(r)
+                meta.groups.entry(group).or_insert(r)
             }
         };
-        if let Some((s, e)) = ranges.iter().find(|(s, e)| *s < end && *e > start) {
+        if let Some((s, e)) = overlap(ranges) {
             return Err(format!(
                 "blocks {start}..{end} overlap file system metadata at {s}..{e}"
             ));
@@ -889,6 +917,8 @@ mod tests {
         existing: u32,
         trunc: u32,
         dir_a: u32,
+        /// A block of the journal.
+        journal_block: u64,
     }
 
     /// The committed state the fast commits build on: a directory with two files.
@@ -932,6 +962,10 @@ mod tests {
                 existing: lookup(dir_a, "existing"),
                 trunc: lookup(dir_a, "trunc"),
                 dir_a,
+                journal_block: {
+                    let journal = crate::inodes::read_record(inner, st, 8).unwrap();
+                    blockmap::extents(inner, 8, &journal).unwrap()[0].start + 5
+                },
             }
         })
         .unwrap()
@@ -1161,6 +1195,16 @@ mod tests {
                     unwritten: false,
                 },
                 "metadata",
+            ),
+            (
+                FcRecord::AddRange {
+                    ino: plan.trunc,
+                    lblk: 0,
+                    len: 2,
+                    pblk: plan.journal_block,
+                    unwritten: false,
+                },
+                "overlap the journal",
             ),
             (
                 FcRecord::Creat(dentry(ROOT_INO, plan.trunc, "a/b")),
