@@ -1272,4 +1272,47 @@ mod tests {
         fs.unmount().unwrap();
         image.e2fsck_clean();
     }
+
+    #[test]
+    fn a_replay_larger_than_a_transaction_fails_cleanly_and_changes_nothing() {
+        let image = Image::new("too-big");
+        let fs = image.mount();
+        let plan = base_state(&fs);
+        let before = snapshot(&fs);
+        // New inodes on hundreds of inode-table blocks: more than one handle may change.
+        let (records, limit) = fs
+            .with_state(|inner, _| {
+                let geo = &inner.geo;
+                let records: Vec<FcRecord> = (0..geo.inodes_count)
+                    .map(|i| geo.inodes_count - i)
+                    .filter(|&ino| ino >= geo.first_ino)
+                    .step_by(geo.inodes_per_block() as usize)
+                    .take(3000)
+                    .map(|ino| FcRecord::Inode {
+                        ino,
+                        raw: logged(inner, ino, 0o100644, 0, 1),
+                    })
+                    .collect();
+                (records, inner.journal.max_transaction_blocks() / 2)
+            })
+            .unwrap();
+        assert!(records.len() as u32 > limit, "{} records", records.len());
+        let err = fs
+            .with_state(|inner, st| apply(inner, st, &records))
+            .unwrap()
+            .expect_err("too large for one transaction");
+        assert!(
+            err.to_string()
+                .contains("more blocks than one transaction holds"),
+            "{err}"
+        );
+        // The journal stopped: nothing of the replay reaches the disk.
+        assert!(fs.create_file("/after", 0o644).is_err(), "writes stop");
+        drop(fs);
+        let fs = image.mount();
+        assert_eq!(snapshot(&fs), before, "the image is as before the replay");
+        assert!(fs.resolve("/a/trunc").is_ok() && plan.new_inos.len() == 3);
+        fs.unmount().unwrap();
+        image.e2fsck_clean();
+    }
 }
