@@ -74,6 +74,7 @@ const LOGICAL_END: u64 = 1 << 32;
 pub struct ReplayReport {
     /// Records applied, of every kind.
     pub records: usize,
+    /// Records of each kind: INODE, ADD_RANGE, DEL_RANGE, CREAT, LINK, UNLINK.
     pub inodes: usize,
     pub add_ranges: usize,
     pub del_ranges: usize,
