@@ -239,7 +239,7 @@ pub(crate) fn free_blocks(tx: &mut Tx, start: u64, count: u64) -> FsResult<()> {
         }
         block += u64::from(n);
     }
-    tx.st.alloc.pending_free.insert(start, (count, tid));
+    tx.st.alloc.hold(start, count, tid);
     Ok(())
 }
 
@@ -579,5 +579,30 @@ mod tests {
         assert_eq!(st.pending_overlap(7418, 7419), None);
         assert_eq!(st.pending_blocks(8), 92);
         assert_eq!(st.pending_blocks(9), 0, "committed frees are released");
+    }
+
+    #[test]
+    fn held_runs_merge_with_the_runs_they_overlap_or_touch() {
+        let mut st = AllocState::empty();
+        st.hold(100, 10, 5);
+        st.hold(120, 10, 6);
+        st.hold(300, 5, 5);
+        // Overlaps the first, touches the second: one run 95..130 held until tid 7.
+        st.hold(95, 15, 7);
+        st.hold(110, 10, 4);
+        assert_eq!(st.pending_overlap(96, 97), Some((95, 130)));
+        assert_eq!(st.pending_overlap(130, 300), None);
+        assert_eq!(
+            st.pending_blocks(6),
+            35,
+            "the merged run keeps the newest tid"
+        );
+        assert_eq!(st.pending_blocks(7), 0);
+        st.hold(50, 0, 9);
+        assert_eq!(
+            st.pending_overlap(0, 1000),
+            None,
+            "an empty hold holds nothing"
+        );
     }
 }

@@ -11,11 +11,20 @@
 
 mod common;
 
-use common::{e2fsck, mkfs_ext4, run, LoopMount, Scratch};
+use common::{e2fsck, list_dir, mkfs_ext4, run, LoopMount, Scratch};
+use jext_device::{CrashCapture, SimDevice};
+use jext_fs::format::superblock::{features, Superblock};
+use jext_fs::format::Location;
 use jext_fs::{FileKind, Fs, Ino, MountOptions, ROOT_INO};
+use jext_journal::format::fast_commit::{FastCommitWriter, FcRecord};
+use jext_journal::format::superblock::JournalSuperblock;
+use jext_journal::{AreaRun, JournalArea};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::sync::Arc;
 
 /// What a tree holds at one path, as both sides can tell it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,40 +100,34 @@ fn jext_tree(fs: &Fs) -> BTreeMap<String, Node> {
     let mut out = BTreeMap::new();
     let mut stack: Vec<(Ino, String)> = vec![(ROOT_INO, String::new())];
     while let Some((dir, rel)) = stack.pop() {
-        let mut cookie = 0;
-        loop {
-            let batch = fs.readdir(dir, cookie).unwrap();
-            let Some(last) = batch.last() else { break };
-            cookie = last.next_cookie;
-            for e in batch {
-                let name = String::from_utf8_lossy(&e.name).into_owned();
-                let path = format!("{rel}/{name}");
-                if name == "." || name == ".." || path == "/lost+found" {
-                    continue;
-                }
-                let st = fs.stat(e.ino).unwrap();
-                assert_eq!(st.kind, e.kind, "{path}: entry type and inode type");
-                let mut node = Node {
-                    kind: kind_name(st.kind),
-                    perm: u32::from(st.perm),
-                    size: 0,
-                    links: 0,
-                    mtime: 0,
-                    bytes: Vec::new(),
-                };
-                match st.kind {
-                    FileKind::Regular => {
-                        node.size = st.size;
-                        node.links = u64::from(st.nlink);
-                        node.mtime = st.mtime.seconds;
-                        node.bytes = fs.read(e.ino, 0, st.size as usize).unwrap();
-                    }
-                    FileKind::Symlink => node.bytes = fs.readlink(e.ino).unwrap(),
-                    FileKind::Directory => stack.push((e.ino, path.clone())),
-                    _ => {}
-                }
-                out.insert(path, node);
+        for e in list_dir(fs, dir) {
+            let name = String::from_utf8_lossy(&e.name).into_owned();
+            let path = format!("{rel}/{name}");
+            if name == "." || name == ".." || path == "/lost+found" {
+                continue;
             }
+            let st = fs.stat(e.ino).unwrap();
+            assert_eq!(st.kind, e.kind, "{path}: entry type and inode type");
+            let mut node = Node {
+                kind: kind_name(st.kind),
+                perm: u32::from(st.perm),
+                size: 0,
+                links: 0,
+                mtime: 0,
+                bytes: Vec::new(),
+            };
+            match st.kind {
+                FileKind::Regular => {
+                    node.size = st.size;
+                    node.links = u64::from(st.nlink);
+                    node.mtime = st.mtime.seconds;
+                    node.bytes = fs.read(e.ino, 0, st.size as usize).unwrap();
+                }
+                FileKind::Symlink => node.bytes = fs.readlink(e.ino).unwrap(),
+                FileKind::Directory => stack.push((e.ino, path.clone())),
+                _ => {}
+            }
+            out.insert(path, node);
         }
     }
     out
@@ -198,6 +201,7 @@ fn linux_work(m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
     std::fs::write(p("doomed"), pattern(4, 70_000)).unwrap();
     std::fs::write(p("renamed-from"), pattern(5, 9000)).unwrap();
     std::fs::create_dir(p("old-dir")).unwrap();
+    run("fallocate", &["-l", "1M", p("prealloc").to_str().unwrap()]);
     run("sync", &[]);
 
     // From here on only fast commits (commit=600 holds back the full commit).
@@ -268,6 +272,19 @@ fn linux_work(m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
     punched[65536..131072].fill(0);
     expect.insert("/punched".to_string(), punched);
 
+    // Writing inside a preallocated (unwritten) extent: ADD_RANGE of written blocks
+    // over unwritten ones.
+    let pre = std::fs::OpenOptions::new()
+        .write(true)
+        .open(p("prealloc"))
+        .unwrap();
+    let inside = pattern(9, 5000);
+    pre.write_all_at(&inside, 8192).unwrap();
+    pre.sync_all().unwrap();
+    let mut prealloc = vec![0u8; 1 << 20];
+    prealloc[8192..8192 + 5000].copy_from_slice(&inside);
+    expect.insert("/prealloc".to_string(), prealloc);
+
     // Unlink, rename and a hard link; a later fsync carries them.
     std::fs::remove_file(p("doomed")).unwrap();
     std::fs::rename(p("renamed-from"), p("new/renamed-to")).unwrap();
@@ -279,27 +296,36 @@ fn linux_work(m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
     expect
 }
 
-/// Makes the crashed image: Linux's work, copied while mounted.
+/// What Linux does before the crash; returns what each fsynced file must hold.
+type Work<'a> = &'a dyn Fn(&LoopMount) -> BTreeMap<String, Vec<u8>>;
+
+/// The record kinds `linux_work` makes Linux log.
+const ALL_TAGS: &[&str] = &[
+    "tag HEAD",
+    "CREAT_DENTRY",
+    "ADD_RANGE",
+    "DEL_RANGE",
+    "DEL_ENTRY",
+    "ADD_ENTRY",
+];
+
+/// Makes the crashed image: Linux's work, copied while mounted; `tags` must be among the
+/// fast-commit records `debugfs logdump` lists.
 fn crashed_image(
     scratch: &Scratch,
     block_size: &str,
+    work: Work,
+    tags: &[&str],
 ) -> (std::path::PathBuf, BTreeMap<String, Vec<u8>>) {
     let live = scratch.path("live.img");
     mkfs_ext4(&live, 256, &["-b", block_size, "-O", "fast_commit"]);
     let crashed = scratch.path("crashed.img");
     let m = LoopMount::new(&live, &scratch.path("live"), "commit=600");
-    let expect = linux_work(&m);
+    let expect = work(&m);
     std::fs::copy(&live, &crashed).unwrap();
     m.unmount();
     let dump = run("debugfs", &["-R", "logdump", crashed.to_str().unwrap()]);
-    for tag in [
-        "tag HEAD",
-        "CREAT_DENTRY",
-        "ADD_RANGE",
-        "DEL_RANGE",
-        "DEL_ENTRY",
-        "ADD_ENTRY",
-    ] {
+    for tag in tags {
         assert!(
             dump.contains(tag),
             "the crashed image must hold fast commits with {tag}:\n{dump}"
@@ -312,10 +338,10 @@ fn crashed_image(
 /// commits obsolete: the Linux halves run one at a time.
 static LINUX: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn linux_replay_agrees_with_jext(block_size: &str) {
+fn linux_replay_agrees_with_jext(name: &str, block_size: &str, work: Work, tags: &[&str]) {
     let _one_at_a_time = LINUX.lock().unwrap_or_else(|e| e.into_inner());
-    let scratch = Scratch::new(&format!("fc-replay-{block_size}"));
-    let (crashed, expect) = crashed_image(&scratch, block_size);
+    let scratch = Scratch::new(&format!("fc-replay-{name}-{block_size}"));
+    let (crashed, expect) = crashed_image(&scratch, block_size, work, tags);
     let kernel_img = scratch.path("kernel.img");
     let jext_img = scratch.path("jext.img");
     std::fs::copy(&crashed, &kernel_img).unwrap();
@@ -369,13 +395,284 @@ fn linux_replay_agrees_with_jext(block_size: &str) {
 #[test]
 fn linux_fast_commits_replay_as_linux_replays_them_1k() {
     if root_and_loop_or_skip("linux_fast_commits_replay_as_linux_replays_them_1k") {
-        linux_replay_agrees_with_jext("1024");
+        linux_replay_agrees_with_jext("fixed", "1024", &linux_work, ALL_TAGS);
     }
 }
 
 #[test]
 fn linux_fast_commits_replay_as_linux_replays_them_4k() {
     if root_and_loop_or_skip("linux_fast_commits_replay_as_linux_replays_them_4k") {
-        linux_replay_agrees_with_jext("4096");
+        linux_replay_agrees_with_jext("fixed", "4096", &linux_work, ALL_TAGS);
     }
+}
+
+/// A crash anywhere in jext's mount of a crashed image (recovery, the replay's commit,
+/// finishing orphans, the unmount) leaves an image that the next mount brings to the same
+/// tree: the replay is one transaction and applying it again from the same state gives
+/// the same result. Crash points: before and after every flush, the end, with none and
+/// with a random half of the writes not yet flushed.
+#[test]
+fn a_crash_during_the_replay_converges_to_the_same_tree() {
+    if !root_and_loop_or_skip("a_crash_during_the_replay_converges_to_the_same_tree") {
+        return;
+    }
+    let _one_at_a_time = LINUX.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("fc-replay-crash");
+    let (crashed, _) = crashed_image(&scratch, "1024", &linux_work, ALL_TAGS);
+    let dev = Arc::new(SimDevice::from_image_file(&crashed).unwrap());
+    dev.start_capture();
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let expected = jext_tree(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let capture: CrashCapture = dev.take_capture().unwrap();
+    let mut rng = StdRng::seed_from_u64(7);
+    // Around every flush, and the end.
+    let mut points: Vec<usize> = vec![capture.ops().len()];
+    for flush in capture.flush_points() {
+        points.extend([flush, flush + 1]);
+    }
+    points.sort_unstable();
+    points.dedup();
+    let image = scratch.path("state.img");
+    let mut states = 0;
+    for upto in points {
+        let window = capture.window_len(upto);
+        let keep: Vec<bool> = (0..window).map(|_| rng.gen_bool(0.5)).collect();
+        for (label, state) in [
+            ("none", capture.crash_state(upto, |_| false)),
+            ("half", capture.crash_state(upto, |i| keep[i])),
+        ] {
+            let state = Arc::new(state);
+            let fs = Fs::open(state.clone(), MountOptions::default())
+                .unwrap_or_else(|e| panic!("crash at op {upto} ({label} of the window): {e}"));
+            assert_same_tree(
+                &format!("crash at op {upto} ({label} of the window)"),
+                &jext_tree(&fs),
+                &expected,
+            );
+            fs.unmount().unwrap();
+            state.write_current_image(&image).unwrap();
+            let (code, text) = e2fsck(&image);
+            assert_eq!(code, 0, "crash at op {upto} ({label}): e2fsck -fn:\n{text}");
+            states += 1;
+        }
+    }
+    eprintln!("{states} crash states of jext's replay checked");
+    assert!(states >= 6, "only {states} crash points");
+}
+
+/// Random work: files created, appended, truncated, unlinked and renamed, directories
+/// made, some files fsynced; a file's fsynced bytes are promised until it changes again.
+fn random_work(seed: u64, m: &LoopMount) -> BTreeMap<String, Vec<u8>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut dirs = vec![String::new()];
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut expect = BTreeMap::new();
+    // Names with another name for the same inode: left unchanged, so the model stays
+    // one of bytes per name.
+    let mut linked = std::collections::BTreeSet::new();
+    let path = |rel: &str| m.path(rel.trim_start_matches('/'));
+    for i in 0..8 {
+        let name = format!("/base-{i}");
+        let bytes = pattern(seed + i, rng.gen_range(0..20_000));
+        std::fs::write(path(&name), &bytes).unwrap();
+        files.insert(name, bytes);
+    }
+    run("sync", &[]);
+    for step in 0..200u64 {
+        let pick = |rng: &mut StdRng, files: &BTreeMap<String, Vec<u8>>| {
+            let i = rng.gen_range(0..files.len().max(1));
+            files.keys().nth(i).cloned()
+        };
+        match rng.gen_range(0..11) {
+            0 | 1 => {
+                let dir = &dirs[rng.gen_range(0..dirs.len())];
+                let name = format!("{dir}/f-{step}");
+                let bytes = pattern(seed * 1000 + step, rng.gen_range(0..30_000));
+                std::fs::write(path(&name), &bytes).unwrap();
+                expect.remove(&name);
+                files.insert(name, bytes);
+            }
+            2 | 3 => {
+                let Some(name) = pick(&mut rng, &files).filter(|n| !linked.contains(n)) else {
+                    continue;
+                };
+                let more = pattern(step, rng.gen_range(1..9000));
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path(&name))
+                    .unwrap();
+                std::io::Write::write_all(&mut &f, &more).unwrap();
+                files.get_mut(&name).unwrap().extend_from_slice(&more);
+                expect.remove(&name);
+            }
+            4 => {
+                let Some(name) = pick(&mut rng, &files).filter(|n| !linked.contains(n)) else {
+                    continue;
+                };
+                let bytes = files.get_mut(&name).unwrap();
+                let len = rng.gen_range(0..=bytes.len() + 5000);
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path(&name))
+                    .unwrap()
+                    .set_len(len as u64)
+                    .unwrap();
+                bytes.resize(len, 0);
+                expect.remove(&name);
+            }
+            5 => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                std::fs::remove_file(path(&name)).unwrap();
+                files.remove(&name);
+                expect.remove(&name);
+            }
+            6 => {
+                let parent = dirs[rng.gen_range(0..dirs.len())].clone();
+                let dir = format!("{parent}/d-{step}");
+                std::fs::create_dir(path(&dir)).unwrap();
+                dirs.push(dir);
+            }
+            7 => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                let dir = &dirs[rng.gen_range(0..dirs.len())];
+                let to = format!("{dir}/r-{step}");
+                std::fs::rename(path(&name), path(&to)).unwrap();
+                let bytes = files.remove(&name).unwrap();
+                expect.remove(&name);
+                if linked.remove(&name) {
+                    linked.insert(to.clone());
+                }
+                files.insert(to, bytes);
+            }
+            8 => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                let dir = &dirs[rng.gen_range(0..dirs.len())];
+                let to = format!("{dir}/l-{step}");
+                std::fs::hard_link(path(&name), path(&to)).unwrap();
+                let bytes = files[&name].clone();
+                linked.insert(name);
+                linked.insert(to.clone());
+                files.insert(to, bytes);
+            }
+            _ => {
+                let Some(name) = pick(&mut rng, &files) else {
+                    continue;
+                };
+                fsync(&path(&name));
+                expect.insert(name.clone(), files[&name].clone());
+            }
+        }
+    }
+    expect
+}
+
+#[test]
+fn random_linux_work_replays_as_linux_replays_it() {
+    if !root_and_loop_or_skip("random_linux_work_replays_as_linux_replays_it") {
+        return;
+    }
+    for seed in 1..=4u64 {
+        let work = move |m: &LoopMount| random_work(seed, m);
+        let block_size = if seed % 2 == 0 { "4096" } else { "1024" };
+        linux_replay_agrees_with_jext(&format!("random-{seed}"), block_size, &work, &["tag HEAD"]);
+    }
+}
+
+/// Writes `records` back into a cleanly unmounted image's fast-commit area as fast commits
+/// of the journal's next tid, and marks the image as needing recovery: the next mount
+/// replays them again, onto the result of their first replay.
+fn pend_fast_commits_again(image: &Path, records: &[FcRecord]) {
+    let fs = Fs::open_path(image, MountOptions::default()).unwrap();
+    let runs: Vec<AreaRun> = fs
+        .extents(8)
+        .unwrap()
+        .iter()
+        .map(|e| AreaRun {
+            logical: e.logical,
+            physical: e.start,
+            len: e.len,
+        })
+        .collect();
+    let block_size = fs.block_size();
+    fs.unmount().unwrap();
+    drop(fs);
+    let area = JournalArea::new(block_size, runs).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)
+        .unwrap();
+    let mut bytes = vec![0u8; block_size as usize];
+    file.read_exact_at(&mut bytes, area.byte_offset(0)).unwrap();
+    let mut jsb = JournalSuperblock::decode(&bytes, area.len_blocks()).unwrap();
+    assert!(jsb.is_clean(), "the unmount left the journal empty");
+    jsb.enable_fast_commit();
+    let mut writer = FastCommitWriter::new(block_size as usize, jsb.sequence(), true);
+    for record in records {
+        writer.push(record);
+    }
+    let first = jsb.fast_commit_first().unwrap();
+    for (i, block) in writer.finish().iter().enumerate() {
+        file.write_all_at(block, area.byte_offset(first + i as u32))
+            .unwrap();
+    }
+    jsb.set_start(jsb.first());
+    file.write_all_at(&jsb.encode(), area.byte_offset(0))
+        .unwrap();
+    let mut raw = vec![0u8; 1024];
+    file.read_exact_at(&mut raw, 1024).unwrap();
+    let mut sb = Superblock::decode(&raw, Location::Superblock { group: 0 }).unwrap();
+    sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
+    file.write_all_at(&sb.encode(), 1024).unwrap();
+    file.sync_all().unwrap();
+}
+
+/// The records Linux wrote, replayed by jext, then replayed again onto that result
+/// through the mount: the same tree, and e2fsck clean both times.
+#[test]
+fn linux_records_replayed_twice_give_the_same_tree() {
+    if !root_and_loop_or_skip("linux_records_replayed_twice_give_the_same_tree") {
+        return;
+    }
+    let scratch = Scratch::new("fc-replay-twice");
+    let (crashed, _) = {
+        let _one_at_a_time = LINUX.lock().unwrap_or_else(|e| e.into_inner());
+        crashed_image(&scratch, "1024", &linux_work, ALL_TAGS)
+    };
+    let (fs, report) = Fs::open_with_report(
+        jext_device::open_path(&crashed, false).unwrap(),
+        MountOptions::default(),
+    )
+    .unwrap();
+    let records = report.recovery.fast_commits.records.clone();
+    assert!(records.len() > 100, "{} records", records.len());
+    let once = jext_tree(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let (code, text) = e2fsck(&crashed);
+    assert_eq!(code, 0, "e2fsck -fn after one replay:\n{text}");
+
+    pend_fast_commits_again(&crashed, &records);
+    let (fs, report) = Fs::open_with_report(
+        jext_device::open_path(&crashed, false).unwrap(),
+        MountOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        report.recovery.fast_commits.records, records,
+        "the second mount found the same records"
+    );
+    assert_same_tree("replayed twice vs once", &jext_tree(&fs), &once);
+    fs.unmount().unwrap();
+    drop(fs);
+    let (code, text) = e2fsck(&crashed);
+    assert_eq!(code, 0, "e2fsck -fn after the second replay:\n{text}");
 }

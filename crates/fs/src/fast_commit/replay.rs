@@ -24,8 +24,10 @@
 //! counts the xattr block; a fast symlink or device node takes `i_block` from its logged
 //! inode (the kernel keeps the on-disk bytes, which for a new inode are zeros); an UNLINK
 //! whose name now names another inode changes nothing (the kernel drops a link of the
-//! logged inode, which is not idempotent); a name that loses its last link puts the inode
-//! on the orphan list (the mount then deletes it), as the kernel's `iput` would.
+//! logged inode, which is not idempotent); an unlinked directory is deleted (the kernel
+//! leaves it with one link and no name). An inode that loses its last link is deleted
+//! there and then, blocks and number freed, as the kernel's `iput` does: a later INODE
+//! record may reuse the number and must find an empty extent tree.
 //!
 //! Promises: idempotent (the records applied again to the result give the same file
 //! system), so a crash before the replay's commit is durable is harmless; every block a
@@ -51,7 +53,8 @@ use crate::namei::LINK_MAX;
 use crate::orphan;
 use crate::state::{FsInner, FsState};
 use crate::tx::Tx;
-use crate::types::{FileKind, ROOT_INO};
+use crate::types::{FileKind, Timestamp, ROOT_INO};
+use crate::xattr_ops;
 use jext_journal::format::fast_commit::{Dentry, FcRecord};
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -71,6 +74,7 @@ const LOGICAL_END: u64 = 1 << 32;
 pub struct ReplayReport {
     /// Records applied, of every kind.
     pub records: usize,
+    /// Records of each kind: INODE, ADD_RANGE, DEL_RANGE, CREAT, LINK, UNLINK.
     pub inodes: usize,
     pub add_ranges: usize,
     pub del_ranges: usize,
@@ -113,7 +117,7 @@ pub(crate) fn apply(
     if records.is_empty() {
         return Ok(report);
     }
-    let mut meta = MetadataMap::default();
+    let mut meta = MetadataMap::new(fs, st)?;
     for (i, record) in records.iter().enumerate() {
         check_record(fs, record, &mut meta).map_err(|why| bad_record(i, record, why))?;
     }
@@ -228,9 +232,30 @@ fn in_record(i: usize, record: &FcRecord, err: FsError) -> FsError {
     }
 }
 
-/// The metadata ranges of each group, read once per group.
-#[derive(Default)]
-struct MetadataMap(HashMap<u32, Vec<(u64, u64)>>);
+/// Blocks no record may map: the metadata ranges of each group (read once per group) and
+/// the journal's blocks.
+struct MetadataMap {
+    groups: HashMap<u32, Vec<(u64, u64)>>,
+    journal: Vec<(u64, u64)>,
+}
+
+impl MetadataMap {
+    fn new(fs: &FsInner, st: &FsState) -> FsResult<MetadataMap> {
+        let ino = match st.sb.journal_inum() {
+            0 => 8,
+            n => n,
+        };
+        let raw = crate::inodes::read_record(fs, st, ino)?;
+        let journal = blockmap::extents(fs, ino, &raw)?
+            .iter()
+            .map(|e| (e.start, e.start + u64::from(e.len)))
+            .collect();
+        Ok(MetadataMap {
+            groups: HashMap::new(),
+            journal,
+        })
+    }
+}
 
 /// Checks what a record names before anything changes.
 fn check_record(fs: &FsInner, record: &FcRecord, meta: &mut MetadataMap) -> Result<(), String> {
@@ -261,6 +286,9 @@ fn check_record(fs: &FsInner, record: &FcRecord, meta: &mut MetadataMap) -> Resu
             check_ino(fs, d.ino)?;
             if d.parent != ROOT_INO {
                 check_ino(fs, d.parent)?;
+            }
+            if d.parent == d.ino {
+                return Err(format!("inode {} named in itself", d.ino));
             }
             dir::check_name(&d.name).map_err(|e| e.to_string())
         }
@@ -297,15 +325,22 @@ fn check_blocks(fs: &FsInner, start: u64, len: u64, meta: &mut MetadataMap) -> R
     if len == 0 {
         return Ok(());
     }
+    let overlap =
+        |ranges: &[(u64, u64)]| ranges.iter().find(|(s, e)| *s < end && *e > start).copied();
+    if let Some((s, e)) = overlap(&meta.journal) {
+        return Err(format!(
+            "blocks {start}..{end} overlap the journal at {s}..{e}"
+        ));
+    }
     for group in geo.group_of_block(start)..=geo.group_of_block(end - 1) {
-        let ranges = match meta.0.get(&group) {
+        let ranges = match meta.groups.get(&group) {
             Some(r) => r,
             None => {
                 let r = alloc::metadata_in_group(fs, group).map_err(|e| e.to_string())?;
-                meta.0.entry(group).or_insert(r)
+                meta.groups.entry(group).or_insert(r)
             }
         };
-        if let Some((s, e)) = ranges.iter().find(|(s, e)| *s < end && *e > start) {
+        if let Some((s, e)) = overlap(ranges) {
             return Err(format!(
                 "blocks {start}..{end} overlap file system metadata at {s}..{e}"
             ));
@@ -324,11 +359,12 @@ fn logged_inode_len(fs: &FsInner, raw: &[u8]) -> Result<usize, String> {
             raw.len()
         ));
     }
-    if size == GOOD_OLD_INODE_SIZE {
+    if size == GOOD_OLD_INODE_SIZE || raw.len() == GOOD_OLD_INODE_SIZE {
+        // An inode with no extra fields in use is logged as its first 128 bytes.
         return Ok(GOOD_OLD_INODE_SIZE);
     }
     if raw.len() < I_EXTRA_ISIZE + 2 {
-        return Err("the logged inode stops before i_extra_isize".into());
+        return Err("the logged inode stops inside i_extra_isize".into());
     }
     let extra = usize::from(u16::from_le_bytes([
         raw[I_EXTRA_ISIZE],
@@ -385,6 +421,12 @@ fn slot_never_used(fs: &FsInner, ino: u32) -> FsResult<bool> {
 /// The record of `ino` if it is in use (a type and a link: what the kernel's `iget`
 /// accepts), loaded in the inode cache.
 fn in_use(tx: &mut Tx, ino: u32) -> FsResult<Option<Inode>> {
+    if ino == 0 || ino > tx.fs.geo.inodes_count {
+        return Err(FsError::Inconsistent(format!(
+            "inode number {ino} is out of range (1..={})",
+            tx.fs.geo.inodes_count
+        )));
+    }
     if !tx.st.inodes.contains_key(&ino) && slot_never_used(tx.fs, ino)? {
         return Ok(None);
     }
@@ -607,20 +649,24 @@ fn link(tx: &mut Tx, touched: &mut Touched, d: &Dentry) -> FsResult<bool> {
     let Some(child) = in_use(tx, d.ino)? else {
         return Ok(false);
     };
+    if is_dir_mode(child.mode()) {
+        // Linux logs no LINK of a directory (renaming one makes fsync commit in full).
+        return Err(FsError::NotPermitted(format!(
+            "a second name for directory {}",
+            d.ino
+        )));
+    }
     if !add_name(tx, touched, d, &child)? {
         return Ok(false);
     }
-    if !is_dir_mode(child.mode()) {
-        let info = tx.inode(d.ino)?;
-        info.raw
-            .set_links_count(info.raw.links_count().saturating_add(1).min(LINK_MAX));
-        tx.write_inode(d.ino)?;
-    }
+    let info = tx.inode(d.ino)?;
+    info.raw
+        .set_links_count(info.raw.links_count().saturating_add(1).min(LINK_MAX));
+    tx.write_inode(d.ino)?;
     Ok(true)
 }
 
-/// UNLINK: the name goes if it names the inode; an inode left without links becomes an
-/// orphan, which the mount deletes.
+/// UNLINK: the name goes if it names the inode; an inode left without links is deleted.
 fn unlink(tx: &mut Tx, touched: &mut Touched, d: &Dentry) -> FsResult<bool> {
     let Some(child) = in_use(tx, d.ino)? else {
         return Ok(false);
@@ -643,12 +689,35 @@ fn unlink(tx: &mut Tx, touched: &mut Touched, d: &Dentry) -> FsResult<bool> {
     } else {
         child.links_count().saturating_sub(1)
     };
-    tx.inode(d.ino)?.raw.set_links_count(links);
     if links == 0 {
-        orphan::add(tx, d.ino)?;
+        return delete(tx, d.ino, is_dir).map(|()| true);
     }
+    tx.inode(d.ino)?.raw.set_links_count(links);
     tx.write_inode(d.ino)?;
     Ok(true)
+}
+
+/// Deletes an inode whose last name went, as the kernel's `iput` does during its replay:
+/// its blocks and xattr block are freed and its number is free again, so an INODE record
+/// later in the log that reuses the number starts from an empty extent tree.
+fn delete(tx: &mut Tx, ino: u32, is_dir: bool) -> FsResult<()> {
+    blockmap::with_root(tx, ino, |tx, root, owner| {
+        extent_tree::remove_range(&mut ReplayIo { tx }, root, owner, 0, LOGICAL_END)
+    })?;
+    xattr_ops::drop_block(tx, ino)?;
+    orphan::remove(tx, ino)?;
+    let now = Timestamp::now();
+    let bs = tx.fs.geo.block_size;
+    let info = tx.inode(ino)?;
+    info.size = 0;
+    info.raw.set_size(0);
+    info.raw.set_blocks_512(0, bs);
+    info.raw.set_links_count(0);
+    info.raw
+        .set_dtime(now.seconds.clamp(1, i64::from(u32::MAX)) as u32);
+    tx.write_inode(ino)?;
+    tx.st.note_data_change(ino);
+    alloc::free_inode(tx, ino, is_dir)
 }
 
 /// The final pass: directory link counts, then every touched inode's blocks marked used
@@ -705,7 +774,8 @@ const MARK_CREDITS: u32 = 12;
 /// if the inode is no longer in use.
 fn mark_blocks_of(tx: &mut Tx, ino: u32) -> FsResult<bool> {
     let raw = tx.raw_inode(ino)?;
-    if raw.mode() == 0 {
+    if raw.mode() == 0 || raw.links_count() == 0 {
+        // Deleted, or never named: the kernel's `iget` skips it too.
         return Ok(false);
     }
     let mut blocks = u64::from(raw.file_acl() != 0);
@@ -767,5 +837,483 @@ impl MetaIo for ReplayIo<'_, '_> {
 
     fn free_data_blocks(&mut self, start: u64, count: u64) -> FsResult<()> {
         mark_blocks(self.tx, start, count, false).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::bitmap;
+    use crate::{mkfs, Fs, MkfsOptions, MountOptions};
+    use jext_io::IoFlags;
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    /// A jext image file in a scratch directory, removed on drop.
+    struct Image(PathBuf);
+
+    impl Image {
+        fn new(name: &str) -> Image {
+            let dir =
+                std::env::temp_dir().join(format!("jext-fc-replay-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("fs.img");
+            std::fs::File::create(&path)
+                .unwrap()
+                .set_len(64 << 20)
+                .unwrap();
+            let dev = jext_device::open_path(&path, false).unwrap();
+            let opts = MkfsOptions {
+                block_size: Some(1024),
+                fast_commit: true,
+                assume_zeroed: true,
+                ..MkfsOptions::default()
+            };
+            mkfs(dev.clone(), &opts).unwrap();
+            dev.release_owner();
+            Image(path)
+        }
+
+        fn mount(&self) -> Fs {
+            Fs::open_path(&self.0, MountOptions::default()).unwrap()
+        }
+
+        fn e2fsck_clean(&self) {
+            let out = std::process::Command::new("e2fsck")
+                .args(["-fn", self.0.to_str().unwrap()])
+                .output();
+            match out {
+                Err(e) => eprintln!("SKIPPED the e2fsck check: cannot run e2fsck ({e})"),
+                Ok(out) => assert!(
+                    out.status.success(),
+                    "e2fsck -fn {}:\n{}{}",
+                    self.0.display(),
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            }
+        }
+    }
+
+    impl Drop for Image {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
+    fn pattern(seed: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
+    }
+
+    /// Inode numbers and blocks the records use, found on the mounted file system.
+    struct Plan {
+        bs: usize,
+        /// Free inode numbers for the new inodes.
+        new_inos: Vec<u32>,
+        /// A run of free blocks for the new data, far from where the allocator looks.
+        free_run: u64,
+        existing: u32,
+        trunc: u32,
+        dir_a: u32,
+        /// A block of the journal.
+        journal_block: u64,
+    }
+
+    /// The committed state the fast commits build on: a directory with two files.
+    fn base_state(fs: &Fs) -> Plan {
+        fs.mkdir_path("/a", 0o755).unwrap();
+        for (name, len) in [("/a/existing", 5000), ("/a/trunc", 5 * 1024)] {
+            let f = fs.create_file(name, 0o644).unwrap();
+            f.write_at(0, &pattern(9, len)).unwrap();
+            f.fsync().unwrap();
+        }
+        fs.sync().unwrap();
+        fs.with_state(|inner, st| {
+            let geo = &inner.geo;
+            let last = geo.group_count - 1;
+            let desc = read_desc(inner, last).unwrap();
+            let bytes = inner.cache.get(desc.block_bitmap).unwrap().bytes();
+            let bits = geo.blocks_in_group(last);
+            // The last 8 free blocks of the last group.
+            let bit = (0..bits - 8)
+                .rev()
+                .find(|&b| (b..b + 8).all(|i| !bitmap::test_bit(&bytes, i)))
+                .expect("a free run");
+            let ibytes = inner
+                .cache
+                .get(read_desc(inner, 0).unwrap().inode_bitmap)
+                .unwrap()
+                .bytes();
+            let new_inos = (geo.first_ino..geo.inodes_per_group)
+                .filter(|&i| !bitmap::test_bit(&ibytes, i - 1))
+                .skip(10)
+                .take(3)
+                .collect();
+            let mut lookup = |parent: u32, name: &str| {
+                crate::namei::lookup(inner, st, parent, name.as_bytes()).unwrap()
+            };
+            let dir_a = lookup(ROOT_INO, "a");
+            Plan {
+                bs: geo.block_size as usize,
+                new_inos,
+                free_run: geo.group_first_block(last) + u64::from(bit),
+                existing: lookup(dir_a, "existing"),
+                trunc: lookup(dir_a, "trunc"),
+                dir_a,
+                journal_block: {
+                    let journal = crate::inodes::read_record(inner, st, 8).unwrap();
+                    blockmap::extents(inner, 8, &journal).unwrap()[0].start + 5
+                },
+            }
+        })
+        .unwrap()
+    }
+
+    /// The logged form of a new inode: what an INODE record carries.
+    fn logged(fs: &FsInner, ino: u32, mode: u32, size: u64, links: u16) -> Vec<u8> {
+        let mut raw = crate::inodes::new_record(fs, mode, 0, 0, ino * 3, Timestamp::now(), 0);
+        raw.set_size(size);
+        raw.set_links_count(links);
+        let len = GOOD_OLD_INODE_SIZE + usize::from(raw.extra_isize());
+        raw.encode(ino, fs.csum_seed)[..len].to_vec()
+    }
+
+    fn dentry(parent: u32, ino: u32, name: &str) -> Dentry {
+        Dentry {
+            parent,
+            ino,
+            name: name.as_bytes().to_vec(),
+        }
+    }
+
+    /// Records of a new file with data and a hard link, a new directory with a file, an
+    /// unlink and a truncate, as Linux would log them; their data goes to the device.
+    fn records(fs: &Fs, plan: &Plan) -> Vec<FcRecord> {
+        let [file, dir, inner_file] = plan.new_inos[..] else {
+            panic!("three free inodes")
+        };
+        let bs = plan.bs;
+        let data = pattern(1, 3 * bs);
+        let inner_data = pattern(2, bs);
+        fs.with_state(|inner, _| {
+            let write = |block: u64, bytes: &[u8]| {
+                inner
+                    .io
+                    .write(
+                        block * bs as u64,
+                        Arc::from(bytes.to_vec()),
+                        IoFlags::empty(),
+                    )
+                    .unwrap()
+            };
+            write(plan.free_run, &data);
+            write(plan.free_run + 3, &inner_data);
+            let file_size = (3 * bs - 100) as u64;
+            vec![
+                FcRecord::Inode {
+                    ino: file,
+                    raw: logged(inner, file, 0o100644, file_size, 1),
+                },
+                FcRecord::AddRange {
+                    ino: file,
+                    lblk: 0,
+                    len: 3,
+                    pblk: plan.free_run,
+                    unwritten: false,
+                },
+                FcRecord::Creat(dentry(ROOT_INO, file, "new-file")),
+                FcRecord::Inode {
+                    ino: dir,
+                    raw: logged(inner, dir, 0o40755, bs as u64, 2),
+                },
+                FcRecord::Creat(dentry(ROOT_INO, dir, "new-dir")),
+                FcRecord::Inode {
+                    ino: inner_file,
+                    raw: logged(inner, inner_file, 0o100600, 700, 1),
+                },
+                FcRecord::AddRange {
+                    ino: inner_file,
+                    lblk: 0,
+                    len: 1,
+                    pblk: plan.free_run + 3,
+                    unwritten: false,
+                },
+                FcRecord::Creat(dentry(dir, inner_file, "inner")),
+                FcRecord::Link(dentry(dir, file, "hard")),
+                FcRecord::Unlink(dentry(plan.dir_a, plan.existing, "existing")),
+                FcRecord::DelRange {
+                    ino: plan.trunc,
+                    lblk: 2,
+                    len: 3,
+                },
+                FcRecord::Inode {
+                    ino: file,
+                    raw: logged(inner, file, 0o100644, file_size, 2),
+                },
+            ]
+        })
+        .unwrap()
+    }
+
+    fn replay(fs: &Fs, records: &[FcRecord]) -> FsResult<ReplayReport> {
+        let report = fs.with_state(|inner, st| apply(inner, st, records))?;
+        fs.sync()?;
+        report
+    }
+
+    /// Path -> (kind, size, links, bytes), and the free counts: what must not depend on
+    /// how many times the records were applied.
+    /// Path -> (kind, size, links, bytes).
+    type Tree = BTreeMap<String, (FileKind, u64, u32, Vec<u8>)>;
+
+    fn snapshot(fs: &Fs) -> (Tree, u64, u64) {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![(ROOT_INO, String::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            for e in fs.readdir(dir, 0).unwrap() {
+                if e.name == b"." || e.name == b".." {
+                    continue;
+                }
+                let path = format!("{rel}/{}", String::from_utf8_lossy(&e.name));
+                let st = fs.stat(e.ino).unwrap();
+                let bytes = match st.kind {
+                    FileKind::Regular => fs.read(e.ino, 0, st.size as usize).unwrap(),
+                    FileKind::Directory => {
+                        stack.push((e.ino, path.clone()));
+                        Vec::new()
+                    }
+                    _ => Vec::new(),
+                };
+                out.insert(path, (st.kind, st.size, st.nlink, bytes));
+            }
+        }
+        let sfs = fs.statfs().unwrap();
+        (out, sfs.blocks_free, sfs.inodes_free)
+    }
+
+    fn check_result(fs: &Fs, plan: &Plan) {
+        let bs = plan.bs;
+        let file = fs.resolve("/new-file").unwrap();
+        let st = fs.stat(file).unwrap();
+        assert_eq!((st.size, st.nlink), ((3 * bs - 100) as u64, 2));
+        assert_eq!(st.blocks_512, (3 * bs / 512) as u64, "i_blocks recomputed");
+        assert_eq!(fs.read(file, 0, 3 * bs).unwrap(), pattern(1, 3 * bs - 100));
+        assert_eq!(fs.resolve("/new-dir/hard").unwrap(), file);
+        let inner_file = fs.resolve("/new-dir/inner").unwrap();
+        assert_eq!(fs.read(inner_file, 0, 700).unwrap(), pattern(2, 700));
+        let dir = fs.stat(fs.resolve("/new-dir").unwrap()).unwrap();
+        assert_eq!(dir.nlink, 2);
+        assert!(fs.resolve("/a/existing").is_err(), "unlinked");
+        let trunc = fs.stat(plan.trunc).unwrap();
+        assert_eq!(
+            trunc.blocks_512,
+            (2 * bs / 512) as u64,
+            "blocks 2..5 unmapped"
+        );
+        assert_eq!(
+            fs.stat(ROOT_INO).unwrap().nlink,
+            5,
+            "/, lost+found, a, new-dir"
+        );
+    }
+
+    #[test]
+    fn records_replay_into_files_and_replaying_twice_changes_nothing() {
+        let mut results = Vec::new();
+        for times in [1, 2] {
+            let image = Image::new(&format!("twice-{times}"));
+            let fs = image.mount();
+            let plan = base_state(&fs);
+            let records = records(&fs, &plan);
+            let mut reports = Vec::new();
+            for _ in 0..times {
+                reports.push(replay(&fs, &records).unwrap());
+            }
+            assert_eq!(reports[0].records, records.len());
+            assert_eq!(reports[0].skipped, 0, "{}", reports[0]);
+            if times == 2 {
+                // The unlinked name is gone; "new-dir" is made afresh by its CREAT, so
+                // the LINK into it adds "hard" again (and the INODE after it sets the
+                // link count back), as in the kernel.
+                assert_eq!(reports[1].skipped, 1, "{}", reports[1]);
+            }
+            check_result(&fs, &plan);
+            fs.unmount().unwrap();
+            image.e2fsck_clean();
+            let fs = image.mount();
+            check_result(&fs, &plan);
+            results.push(snapshot(&fs));
+            fs.unmount().unwrap();
+            image.e2fsck_clean();
+        }
+        assert_eq!(results[0], results[1], "once and twice agree");
+    }
+
+    #[test]
+    fn bad_records_are_refused_by_name_before_anything_changes() {
+        let image = Image::new("bad");
+        let fs = image.mount();
+        let plan = base_state(&fs);
+        let before = snapshot(&fs);
+        let blocks = fs.with_state(|inner, _| inner.geo.blocks_count).unwrap();
+        let inodes = fs.statfs().unwrap().inodes as u32;
+        let good = records(&fs, &plan);
+        let bad: Vec<(FcRecord, &str)> = vec![
+            (
+                FcRecord::DelRange {
+                    ino: inodes + 1,
+                    lblk: 0,
+                    len: 1,
+                },
+                "not an ordinary inode",
+            ),
+            (
+                FcRecord::Inode {
+                    ino: 8,
+                    raw: vec![0; 160],
+                },
+                "not an ordinary inode",
+            ),
+            (
+                FcRecord::AddRange {
+                    ino: plan.trunc,
+                    lblk: 0,
+                    len: 4,
+                    pblk: blocks - 2,
+                    unwritten: false,
+                },
+                "not all on the device",
+            ),
+            (
+                FcRecord::AddRange {
+                    ino: plan.trunc,
+                    lblk: 0,
+                    len: 1,
+                    pblk: 1,
+                    unwritten: false,
+                },
+                "metadata",
+            ),
+            (
+                FcRecord::AddRange {
+                    ino: plan.trunc,
+                    lblk: 0,
+                    len: 2,
+                    pblk: plan.journal_block,
+                    unwritten: false,
+                },
+                "overlap the journal",
+            ),
+            (
+                FcRecord::Creat(dentry(ROOT_INO, plan.trunc, "a/b")),
+                "not a valid file name",
+            ),
+            (
+                FcRecord::Inode {
+                    ino: plan.trunc,
+                    raw: vec![0; 4000],
+                },
+                "logged inode of 4000 bytes",
+            ),
+            (
+                FcRecord::Inode {
+                    ino: plan.trunc,
+                    raw: vec![0; 129],
+                },
+                "stops inside i_extra_isize",
+            ),
+            (
+                FcRecord::Inode {
+                    ino: plan.trunc,
+                    raw: {
+                        let mut raw = vec![0; 160];
+                        raw[I_EXTRA_ISIZE] = 64;
+                        raw
+                    },
+                },
+                "i_extra_isize 64 does not fit",
+            ),
+            (
+                FcRecord::Unlink(dentry(plan.trunc, plan.trunc, "x")),
+                "named in itself",
+            ),
+            (
+                FcRecord::Link(dentry(plan.trunc, plan.existing, "x")),
+                "not a directory",
+            ),
+            (
+                FcRecord::Link(dentry(ROOT_INO, plan.dir_a, "x")),
+                "a second name for directory",
+            ),
+        ];
+        for (record, why) in bad {
+            // Good records first: a bad one later stops the replay all the same.
+            let mut list = good.clone();
+            let changes = ["not a directory", "a second name for directory"];
+            let at = if changes.contains(&why) {
+                0
+            } else {
+                list.len()
+            };
+            list.insert(at, record);
+            let err = fs
+                .with_state(|inner, st| apply(inner, st, &list))
+                .unwrap()
+                .expect_err(why);
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("fast-commit record {at} (")) && text.contains(why),
+                "{why}: {text}"
+            );
+        }
+        assert_eq!(snapshot(&fs), before, "a refused replay changes nothing");
+        fs.unmount().unwrap();
+        image.e2fsck_clean();
+    }
+
+    #[test]
+    fn a_replay_larger_than_a_transaction_fails_cleanly_and_changes_nothing() {
+        let image = Image::new("too-big");
+        let fs = image.mount();
+        let plan = base_state(&fs);
+        let before = snapshot(&fs);
+        // New inodes on hundreds of inode-table blocks: more than one handle may change.
+        let (records, limit) = fs
+            .with_state(|inner, _| {
+                let geo = &inner.geo;
+                let records: Vec<FcRecord> = (0..geo.inodes_count)
+                    .map(|i| geo.inodes_count - i)
+                    .filter(|&ino| ino >= geo.first_ino)
+                    .step_by(geo.inodes_per_block() as usize)
+                    .take(3000)
+                    .map(|ino| FcRecord::Inode {
+                        ino,
+                        raw: logged(inner, ino, 0o100644, 0, 1),
+                    })
+                    .collect();
+                (records, inner.journal.max_transaction_blocks() / 2)
+            })
+            .unwrap();
+        assert!(records.len() as u32 > limit, "{} records", records.len());
+        let err = fs
+            .with_state(|inner, st| apply(inner, st, &records))
+            .unwrap()
+            .expect_err("too large for one transaction");
+        assert!(
+            err.to_string()
+                .contains("more blocks than one transaction holds"),
+            "{err}"
+        );
+        // The journal stopped: nothing of the replay reaches the disk.
+        assert!(fs.create_file("/after", 0o644).is_err(), "writes stop");
+        drop(fs);
+        let fs = image.mount();
+        assert_eq!(snapshot(&fs), before, "the image is as before the replay");
+        assert!(fs.resolve("/a/trunc").is_ok() && plan.new_inos.len() == 3);
+        fs.unmount().unwrap();
+        image.e2fsck_clean();
     }
 }
