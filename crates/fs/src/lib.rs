@@ -40,6 +40,8 @@ mod xattr_ops;
 
 pub use api::{File, Fs};
 pub use error::{FsError, FsResult};
+pub use fast_commit::replay::ReplayReport;
+pub use fast_commit::{FastCommitStats, Ineligible};
 pub use fsck::{fsck, FsckReport};
 pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::MountReport;

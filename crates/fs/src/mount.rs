@@ -187,6 +187,8 @@ pub(crate) fn journal_area(io: &IoQueue, sb: &Superblock) -> FsResult<JournalAre
 /// Everything `open` produced, for the caller to report.
 pub struct MountReport {
     pub recovery: RecoveryReport,
+    /// What applying the fast commits recovery found did, if there were any.
+    pub fast_commit_replay: Option<crate::fast_commit::replay::ReplayReport>,
     /// Orphan inodes finished at mount.
     pub orphans_finished: usize,
 }
@@ -276,11 +278,12 @@ pub(crate) fn mount(
         }),
         fc_stats: Default::default(),
     });
+    let mut fast_commit_replay = None;
     let orphans_finished = {
         let mut st = inner.state.lock();
         st.alloc = AllocState::load(&inner)?;
         if fast_commits_pending {
-            apply_fast_commits(&inner, &mut st, &recovery)?;
+            fast_commit_replay = Some(apply_fast_commits(&inner, &mut st, &recovery)?);
         }
         if inner.options.read_only && !inner.is_read_only() {
             drop(st);
@@ -298,6 +301,7 @@ pub(crate) fn mount(
         inner,
         MountReport {
             recovery,
+            fast_commit_replay,
             orphans_finished,
         },
     ))
@@ -306,11 +310,15 @@ pub(crate) fn mount(
 /// Applies the fast commits recovery found as the first transaction, and waits for it to
 /// be durable: until then the journal's superblock keeps them valid, so a crash here
 /// replays them again from the same state.
-fn apply_fast_commits(fs: &FsInner, st: &mut FsState, recovery: &RecoveryReport) -> FsResult<()> {
-    crate::fast_commit::replay::apply(fs, st, &recovery.fast_commits.records)?;
+fn apply_fast_commits(
+    fs: &FsInner,
+    st: &mut FsState,
+    recovery: &RecoveryReport,
+) -> FsResult<crate::fast_commit::replay::ReplayReport> {
+    let report = crate::fast_commit::replay::apply(fs, st, &recovery.fast_commits.records)?;
     let tid = fs.journal.commit_all()?;
     fs.journal.commit_and_wait(tid)?;
-    Ok(())
+    Ok(report)
 }
 
 fn now_seconds() -> u32 {
