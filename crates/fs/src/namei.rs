@@ -408,7 +408,7 @@ pub(crate) fn unlink(
         return Err(FsError::NotEmpty(name_str(name)));
     }
     let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
-    tx.fc_ineligible(Ineligible::Unlink);
+    tx.fc_note_unlink(parent, target, name);
     let r = (|| {
         dir::remove(&mut tx, parent, name)?;
         let t = now();

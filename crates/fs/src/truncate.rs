@@ -102,7 +102,6 @@ pub(crate) fn delete_inode(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult
     st.inodes.get_mut(&ino).expect("loaded").size = 0;
     shrink(fs, st, ino, 0)?;
     let mut tx = Tx::begin(fs, st, 24)?;
-    tx.fc_ineligible(crate::fast_commit::Ineligible::Unlink);
     let r = finish_delete(&mut tx, ino);
     tx.end(r)?;
     st.inodes.remove(&ino);

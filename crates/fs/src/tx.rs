@@ -147,6 +147,26 @@ impl<'a> Tx<'a> {
         }
     }
 
+    /// Records that `ino` went on or off the orphan list, or its orphan-list link changed
+    /// (its `i_dtime`): its fast commits would carry a link the durable list disagrees
+    /// with, so its fsyncs commit in full until this transaction is durable.
+    pub fn note_orphan_change(&mut self, ino: u32) {
+        let tid = self.tid();
+        if let Some(info) = self.st.inodes.get_mut(&ino) {
+            info.fc.orphan_changed = Some(tid);
+        }
+    }
+
+    /// Records that name `name` of inode `ino` left directory `parent`: every fast commit
+    /// until this transaction is durable carries it (an UNLINK record), so that replay
+    /// removes the name before it creates anything the fast commit names.
+    pub fn fc_note_unlink(&mut self, parent: u32, ino: u32, name: &[u8]) {
+        let tid = self.tid();
+        if !self.st.fc.note_unlink(tid, parent, ino, name) {
+            self.fc_ineligible(crate::fast_commit::Ineligible::Unlink);
+        }
+    }
+
     /// Records a change no fast commit can carry: fsyncs commit in full until this
     /// transaction is durable.
     pub fn fc_ineligible(&mut self, reason: crate::fast_commit::Ineligible) {

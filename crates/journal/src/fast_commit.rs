@@ -16,7 +16,8 @@
 //! Fast commits are written in ticket order (the order the file system planned them in,
 //! under its lock): replay applies records in log order, so a newer inode image must
 //! never land before an older one. An area without room refuses, and the caller commits
-//! in full instead. Must never: write a fast commit of a tid whose predecessor is not
+//! in full instead; so does every later fast commit of the same tid, which may rely on
+//! records the refused one carried. Must never: write a fast commit of a tid whose predecessor is not
 //! durable, or overwrite the area while a tid it holds is not durable.
 
 use crate::format::fast_commit::{FastCommitWriter, FcRecord};
@@ -54,6 +55,9 @@ struct AreaState {
     next_block: u32,
     /// The ticket whose turn it is.
     next_ticket: u64,
+    /// A fast commit of this tid was not written (no room): no later one of the tid may
+    /// be, since it may rely on what the unwritten one carried (an unlink said once).
+    failed_tid: Option<Tid>,
 }
 
 impl FastCommitArea {
@@ -65,6 +69,7 @@ impl FastCommitArea {
                 tid: None,
                 next_block: 0,
                 next_ticket: 0,
+                failed_tid: None,
             }),
             turn: Condvar::new(),
         }
@@ -104,19 +109,26 @@ fn write_in_turn(
     if tid_geq(shared.committed(), tid) {
         return Ok(FastCommitOutcome::Obsolete);
     }
+    if st.failed_tid == Some(tid) {
+        return Ok(FastCommitOutcome::NoRoom);
+    }
     let first_of_tid = st.tid != Some(tid);
     let start = if first_of_tid { 0 } else { st.next_block };
     let block_size = shared.area.block_size as usize;
     let mut writer = FastCommitWriter::new(block_size, tid, first_of_tid);
+    let no_room = |st: &mut AreaState| {
+        st.failed_tid = Some(tid);
+        Ok(FastCommitOutcome::NoRoom)
+    };
     for record in records {
         writer.push(record);
         if start as usize + writer.blocks_so_far() > area.len as usize {
-            return Ok(FastCommitOutcome::NoRoom);
+            return no_room(st);
         }
     }
     let blocks = writer.finish();
     if start as usize + blocks.len() > area.len as usize {
-        return Ok(FastCommitOutcome::NoRoom);
+        return no_room(st);
     }
     shared.point_superblock_at_log(tid)?;
     let last = blocks.len() - 1;

@@ -12,9 +12,13 @@
 //! - a name, range or inode is "uncommitted" while the transaction that changed it is not
 //!   durable (compared with the journal's durable tid at each fsync, never cleared early);
 //! - what a fast commit cannot say falls back to a full commit, counted by reason: until
-//!   the transaction holding a rename, link, unlink, inode free, orphan-list change or
-//!   xattr change is durable, no fsync writes a fast commit (as Linux's ineligible
-//!   window), and directories, non-regular files and data-journaled files always commit;
+//!   the transaction holding a rename, link or xattr change is durable, no fsync writes a
+//!   fast commit (as Linux's ineligible window); a file whose orphan-list link changed
+//!   commits in full until that is durable; directories, non-regular files,
+//!   data-journaled files and files in new directories always commit in full;
+//! - unlinks are said, not avoided: every fast commit starts with an UNLINK record for
+//!   each name removed since the last durable commit (in order), so that replay removes
+//!   a name (and frees its inode) before re-creating it;
 //! - blocks freed by a transaction that is not durable are never reused (the allocator's
 //!   pending frees), and inode numbers are freed only by operations that close the window.
 //!
@@ -45,9 +49,10 @@ pub enum Ineligible {
     NotRegular,
     Rename,
     Link,
-    /// An unlink or rmdir, or an inode freed.
+    /// More unlinks wait for a durable commit than a fast commit carries.
     Unlink,
-    /// An inode went on or off the orphan list (truncate, open unlinked file).
+    /// The file is unlinked but open, or its orphan-list link changed (a long truncate)
+    /// in a transaction that is not durable.
     Orphan,
     /// An extended attribute (or ACL) changed.
     Xattr,
@@ -92,6 +97,8 @@ pub(crate) struct FcInode {
     /// Logical blocks `[start, end)` whose mapping changed since its last fast commit,
     /// and the newest transaction that changed them.
     pub changed: Option<(u32, u32, Tid)>,
+    /// The last transaction that put it on or took it off the orphan list.
+    pub orphan_changed: Option<Tid>,
 }
 
 #[derive(Clone, Debug)]
@@ -108,6 +115,7 @@ impl FcInode {
             .as_ref()
             .is_some_and(|n| tid_gt(n.tid, durable))
             || self.changed.is_some_and(|(_, _, t)| tid_gt(t, durable))
+            || self.orphan_changed.is_some_and(|t| tid_gt(t, durable))
     }
 
     pub fn note_changed(&mut self, from: u32, to: u64, tid: Tid) {
@@ -126,6 +134,39 @@ pub(crate) struct FcState {
     pub ineligible: Option<(Tid, Ineligible)>,
     /// The ticket the next plan takes (the journal writes fast commits in ticket order).
     pub next_ticket: u64,
+    /// Names removed by transactions that may not be durable and not yet carried by a
+    /// fast commit, oldest first, with their transactions: the next fast commit starts
+    /// with them.
+    pub unlinks: Vec<(Tid, Dentry)>,
+}
+
+/// Removed names a fast commit carries at most; more commit in full until durable.
+const MAX_PENDING_UNLINKS: usize = 128;
+
+impl FcState {
+    /// Remembers an unlink for the fast commits to come; false if too many are pending.
+    pub fn note_unlink(&mut self, tid: Tid, parent: u32, ino: u32, name: &[u8]) -> bool {
+        if self.unlinks.len() >= MAX_PENDING_UNLINKS {
+            return false;
+        }
+        let name = name.to_vec();
+        self.unlinks.push((tid, Dentry { parent, ino, name }));
+        true
+    }
+
+    /// The UNLINK records of every removal not yet durable nor carried, taken: each goes
+    /// in exactly one fast commit. Replay applies every fast commit of a tid in order,
+    /// and a later tid means this one is durable, so once is enough; twice would be
+    /// wrong when the name and inode number were both reused meanwhile (the second
+    /// UNLINK would remove the new file). A fast commit that is then not written leaves
+    /// the journal refusing every later one of its tid (see the journal's writer).
+    fn unlink_records(&mut self, durable: Tid) -> Vec<FcRecord> {
+        self.unlinks
+            .drain(..)
+            .filter(|(tid, _)| tid_gt(*tid, durable))
+            .map(|(_, d)| FcRecord::Unlink(d))
+            .collect()
+    }
 }
 
 /// Fast commits and fallbacks since mount.
@@ -175,7 +216,7 @@ pub(crate) fn plan(
         return Ok(Err(Ineligible::NewDirectory));
     }
     let ranges = range_records(fs, st, ino, durable)?;
-    let mut records = Vec::new();
+    let mut records = st.fc.unlink_records(durable);
     match chain.first() {
         // As Linux: the inode, its blocks, its name (replay links it with one link), and
         // the inode again, which sets the block count from the blocks now mapped.
@@ -246,10 +287,14 @@ fn eligible(fs: &FsInner, st: &FsState, ino: u32) -> Result<(), Ineligible> {
     if !info.is_reg() {
         return Err(Ineligible::NotRegular);
     }
+    let durable = fs.journal.committed_tid();
+    let orphan_changed = info.fc.orphan_changed.is_some_and(|t| tid_gt(t, durable));
+    if orphan_changed || info.raw.links_count() == 0 {
+        return Err(Ineligible::Orphan);
+    }
     if fs.options.data_mode == DataMode::Journal || info.raw.flags() & flags::JOURNAL_DATA != 0 {
         return Err(Ineligible::DataJournaled);
     }
-    let durable = fs.journal.committed_tid();
     match st.fc.ineligible {
         Some((tid, reason)) if tid_gt(tid, durable) => Err(reason),
         _ => Ok(()),
