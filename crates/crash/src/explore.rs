@@ -135,6 +135,8 @@ pub struct Counts {
     pub failures: usize,
     pub e2fsck_runs: usize,
     pub kernel_checks: usize,
+    /// Fast commits the recordings wrote (fsyncs that committed no transaction).
+    pub fast_commits: u64,
 }
 
 impl Counts {
@@ -145,6 +147,7 @@ impl Counts {
         self.failures += other.failures;
         self.e2fsck_runs += other.e2fsck_runs;
         self.kernel_checks += other.kernel_checks;
+        self.fast_commits += other.fast_commits;
     }
 }
 
@@ -269,6 +272,7 @@ fn explore_one(
     let mut cursor = rec.capture.cursor();
     let mut counts = Counts {
         workloads: 1,
+        fast_commits: rec.fast_commits,
         ..Counts::default()
     };
     let mut failures = Vec::new();

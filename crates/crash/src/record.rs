@@ -128,6 +128,8 @@ pub struct Recording {
     pub mode: Mode,
     pub capture: CrashCapture,
     pub timeline: Timeline,
+    /// Fsyncs that wrote a fast commit instead of a full one.
+    pub fast_commits: u64,
 }
 
 /// What the workload did, operation by operation, beside the device log.
@@ -217,6 +219,7 @@ pub fn record(workload: &Workload, mode: Mode, fault: Option<SimFault>) -> FsRes
         mode,
         capture: dev.take_capture().expect("the capture was started"),
         timeline,
+        fast_commits: fs.fast_commit_stats().fast_commits,
     })
 }
 

@@ -78,6 +78,34 @@ impl AllocState {
             .retain(|_, (_, tid)| tid_gt(*tid, committed));
     }
 
+    /// Keeps blocks `[start, start + count)` from being handed out until transaction `tid`
+    /// has committed, as a free in `tid` would (fast-commit replay holds the blocks its
+    /// records name, which the bitmaps may still show free). Merges with the pending runs
+    /// it overlaps or touches, so the runs stay disjoint.
+    pub fn hold(&mut self, start: u64, count: u64, tid: Tid) {
+        if count == 0 {
+            return;
+        }
+        let (mut lo, mut hi, mut newest) = (start, start + count, tid);
+        // Runs are disjoint and sorted by start, so their ends are sorted too.
+        let touching: Vec<u64> = self
+            .pending_free
+            .range(..=hi)
+            .rev()
+            .take_while(|(&s, &(len, _))| s + len >= lo)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in touching {
+            let (len, t) = self.pending_free.remove(&s).expect("listed just above");
+            lo = lo.min(s);
+            hi = hi.max(s + len);
+            if tid_gt(t, newest) {
+                newest = t;
+            }
+        }
+        self.pending_free.insert(lo, (hi - lo, newest));
+    }
+
     /// If `[start, end)` overlaps pending frees, the first of them as (start, end).
     fn pending_overlap(&self, start: u64, end: u64) -> Option<(u64, u64)> {
         // Pending runs never overlap each other: one starting at or before `start` that
@@ -211,7 +239,7 @@ pub(crate) fn free_blocks(tx: &mut Tx, start: u64, count: u64) -> FsResult<()> {
         }
         block += u64::from(n);
     }
-    tx.st.alloc.pending_free.insert(start, (count, tid));
+    tx.st.alloc.hold(start, count, tid);
     Ok(())
 }
 
@@ -247,6 +275,120 @@ fn free_in_group(tx: &mut Tx, group: u32, bit: u32, n: u32) -> FsResult<()> {
     write_desc(tx, group, &desc)?;
     tx.st.alloc.free_blocks += u64::from(n);
     Ok(())
+}
+
+/// Sets (`used`) or clears the bits of blocks `[start, start + count)` whatever their
+/// state, keeping the group descriptors' and the in-memory free counts exact: ext4's
+/// `ext4_mb_mark_bb`, which fast-commit replay needs because its records say what the
+/// block map is, not which bits changed. Cleared blocks are held until this transaction
+/// commits. Returns how many bits changed.
+pub(crate) fn mark_blocks(tx: &mut Tx, start: u64, count: u64, used: bool) -> FsResult<u64> {
+    let geo = tx.fs.geo.clone();
+    if start < geo.first_data_block || start.saturating_add(count) > geo.blocks_count {
+        return Err(FsError::Inconsistent(format!(
+            "marking blocks {start}..{} outside the file system",
+            start.saturating_add(count)
+        )));
+    }
+    let mut changed_total = 0;
+    let mut block = start;
+    let end = start + count;
+    while block < end {
+        let group = geo.group_of_block(block);
+        let first = geo.group_first_block(group);
+        let n = (end.min(first + u64::from(geo.blocks_in_group(group))) - block) as u32;
+        let bit = (block - first) as u32;
+        let mut desc = read_desc(tx.fs, group)?;
+        if desc.has_flag(FLAG_BLOCK_UNINIT) {
+            init_block_bitmap(tx, group, &mut desc)?;
+        }
+        let seed = tx.fs.csum_seed;
+        let (changed, csum) = tx.modify(desc.block_bitmap, |b| {
+            let changed = (bit..bit + n)
+                .filter(|&i| bitmap::test_bit(b, i) != used)
+                .count() as u32;
+            if used {
+                bitmap::set_range(b, bit, n);
+            } else {
+                bitmap::clear_range(b, bit, n);
+            }
+            (
+                changed,
+                seed.map(|s| bitmap::checksum(s, b, geo.blocks_per_group)),
+            )
+        })?;
+        if let Some(csum) = csum {
+            desc.set_bitmap_csums(csum, desc.inode_bitmap_csum, geo.desc_size);
+        }
+        desc.free_blocks = if used {
+            desc.free_blocks.checked_sub(changed)
+        } else {
+            desc.free_blocks.checked_add(changed)
+        }
+        .ok_or_else(|| {
+            FsError::Inconsistent(format!(
+                "group {group}: free block count {} cannot change by {changed}",
+                desc.free_blocks
+            ))
+        })?;
+        write_desc(tx, group, &desc)?;
+        let alloc = &mut tx.st.alloc;
+        if used {
+            alloc.free_blocks = alloc.free_blocks.saturating_sub(u64::from(changed));
+        } else {
+            alloc.free_blocks += u64::from(changed);
+        }
+        changed_total += u64::from(changed);
+        block += u64::from(n);
+    }
+    if !used {
+        let tid = tx.tid();
+        tx.st.alloc.hold(start, count, tid);
+    }
+    Ok(changed_total)
+}
+
+/// Marks inode `ino` in use in its group's bitmap, whatever its state (fast-commit
+/// replay's `ext4_mark_inode_used`); `is_dir` is what it is now, `was_dir` what it was if
+/// it was already in use, for the group's directory count. Returns whether the bit was
+/// clear.
+pub(crate) fn mark_inode_used(
+    tx: &mut Tx,
+    ino: u32,
+    is_dir: bool,
+    was_dir: bool,
+) -> FsResult<bool> {
+    let (group, bit) = tx.fs.geo.inode_position(ino);
+    let ipg = tx.fs.geo.inodes_per_group;
+    let mut desc = read_desc(tx.fs, group)?;
+    if desc.has_flag(FLAG_INODE_UNINIT) {
+        init_inode_bitmap(tx, group, &mut desc)?;
+    }
+    if desc.has_flag(FLAG_BLOCK_UNINIT) {
+        init_block_bitmap(tx, group, &mut desc)?;
+    }
+    let seed = tx.fs.csum_seed;
+    let (was_free, csum) = tx.modify(desc.inode_bitmap, |b| {
+        let was_free = !bitmap::test_bit(b, bit);
+        bitmap::set_bit(b, bit);
+        (was_free, seed.map(|s| bitmap::checksum(s, b, ipg)))
+    })?;
+    if let Some(csum) = csum {
+        desc.set_bitmap_csums(desc.block_bitmap_csum, csum, tx.fs.geo.desc_size);
+    }
+    if was_free {
+        desc.free_inodes = desc.free_inodes.checked_sub(1).ok_or_else(|| {
+            FsError::Inconsistent(format!(
+                "group {group} counts no free inode but inode {ino} was free"
+            ))
+        })?;
+        tx.st.alloc.free_inodes = tx.st.alloc.free_inodes.saturating_sub(1);
+    }
+    let dirs_before = u32::from(!was_free && was_dir);
+    desc.used_dirs = (desc.used_dirs + u32::from(is_dir)).saturating_sub(dirs_before);
+    desc.itable_unused = desc.itable_unused.min(ipg - bit - 1);
+    write_desc(tx, group, &desc)?;
+    Ok(was_free)
 }
 
 /// The block ranges of group `group` that file system metadata occupies: its superblock
@@ -437,5 +579,30 @@ mod tests {
         assert_eq!(st.pending_overlap(7418, 7419), None);
         assert_eq!(st.pending_blocks(8), 92);
         assert_eq!(st.pending_blocks(9), 0, "committed frees are released");
+    }
+
+    #[test]
+    fn held_runs_merge_with_the_runs_they_overlap_or_touch() {
+        let mut st = AllocState::empty();
+        st.hold(100, 10, 5);
+        st.hold(120, 10, 6);
+        st.hold(300, 5, 5);
+        // Overlaps the first, touches the second: one run 95..130 held until tid 7.
+        st.hold(95, 15, 7);
+        st.hold(110, 10, 4);
+        assert_eq!(st.pending_overlap(96, 97), Some((95, 130)));
+        assert_eq!(st.pending_overlap(130, 300), None);
+        assert_eq!(
+            st.pending_blocks(6),
+            35,
+            "the merged run keeps the newest tid"
+        );
+        assert_eq!(st.pending_blocks(7), 0);
+        st.hold(50, 0, 9);
+        assert_eq!(
+            st.pending_overlap(0, 1000),
+            None,
+            "an empty hold holds nothing"
+        );
     }
 }

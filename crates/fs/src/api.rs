@@ -9,6 +9,7 @@
 
 use crate::acl::{self, AclKind};
 use crate::error::{FsError, FsResult};
+use crate::fast_commit;
 use crate::format::inode::flags as iflags;
 use crate::inode_guard;
 use crate::inodes::{inode_time, stat};
@@ -467,12 +468,24 @@ impl Fs {
 
     fn sync_file(&self, ino: Ino, datasync: bool, promise: Promise) -> FsResult<()> {
         let fs = self.inner();
-        let (tid, flush) = {
+        let (tid, flush, fast_commit) = {
             let mut st = self.lock()?;
-            file::prepare_sync(fs, &mut st, ino, datasync)?
+            let (tid, flush) = file::prepare_sync(fs, &mut st, ino, datasync)?;
+            let fast_commit = match (tid, promise) {
+                (Some(tid), Promise::Durable) => Some(fast_commit::plan(fs, &mut st, ino, tid)?),
+                _ => None,
+            };
+            (tid, flush, fast_commit)
         };
         match (tid, promise) {
-            (Some(tid), Promise::Durable) => fs.journal.commit_and_wait(tid)?,
+            (Some(tid), Promise::Durable) => {
+                let plan = fast_commit.expect("planned for every durable sync with a tid");
+                if fast_commit::write(fs, plan)? {
+                    // The fast commit's preflush made the overwritten data durable too.
+                    return Ok(());
+                }
+                fs.journal.commit_and_wait(tid)?;
+            }
             (None, Promise::Durable) => {}
             // A barrier delimits an epoch even when this file has nothing to order: the
             // running transaction (other files' changes) commits, as BarrierFS's does.
@@ -613,6 +626,11 @@ impl Fs {
 
     pub fn journal_stats(&self) -> JournalStats {
         self.inner().journal.stats()
+    }
+
+    /// Fsyncs that wrote a fast commit, and those that committed in full, by reason.
+    pub fn fast_commit_stats(&self) -> fast_commit::FastCommitStats {
+        self.inner().fc_stats.lock().clone()
     }
 
     /// The data mode and other options this mount uses.

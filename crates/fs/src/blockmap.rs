@@ -91,7 +91,7 @@ pub(crate) fn extents_and_index(
 }
 
 /// Runs `change` on a copy of the inode's extent root and stores the root back.
-fn with_root<R>(
+pub(crate) fn with_root<R>(
     tx: &mut Tx,
     ino: u32,
     change: impl FnOnce(&mut Tx, &mut [u8], &TreeOwner) -> FsResult<R>,
@@ -172,7 +172,7 @@ pub(crate) fn allocate(
         next += len;
         goal = start + u64::from(len);
     }
-    tx.mark_datasync(ino);
+    tx.note_mapping(ino, logical, end);
     Ok(placed)
 }
 
@@ -182,7 +182,7 @@ pub(crate) fn unmap(tx: &mut Tx, ino: u32, from: u32, to: u64) -> FsResult<u64> 
         extent_tree::remove_range(tx, root, owner, from, to)
     })?;
     add_blocks(tx, ino, meta - data as i64)?;
-    tx.mark_datasync(ino);
+    tx.note_mapping(ino, from, to);
     Ok(data)
 }
 
@@ -192,6 +192,6 @@ pub(crate) fn mark_written(tx: &mut Tx, ino: u32, from: u32, to: u64) -> FsResul
         extent_tree::mark_written(tx, root, owner, from, to)
     })?;
     add_blocks(tx, ino, meta)?;
-    tx.mark_datasync(ino);
+    tx.note_mapping(ino, from, to);
     Ok(())
 }

@@ -304,5 +304,26 @@ fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
         }
     }
     let _ = writeln!(out, "end of log: {}", scan.end_reason);
+    if !sb.has_compat(features::COMPAT_FAST_COMMIT) {
+        let _ = writeln!(
+            out,
+            "no fast-commit area: every fsync commits the running transaction (jext mkfs \
+             makes one unless --no-fast-commit; mkfs.ext4 needs -O fast_commit)"
+        );
+    }
+    let fc = &scan.fast_commits;
+    let _ = writeln!(
+        out,
+        "fast commits after the log: {} ({} blocks, {} records){}",
+        fc.fast_commits,
+        fc.blocks_used,
+        fc.records.len(),
+        fc.stopped_by
+            .as_ref()
+            .map_or(String::new(), |why| format!(", then {why}"))
+    );
+    for record in &fc.records {
+        let _ = writeln!(out, "  {record:?}");
+    }
     Ok(out)
 }

@@ -10,6 +10,7 @@ use crate::format::inode::{flags, Inode, InodeTime, GOOD_OLD_INODE_SIZE};
 use crate::groups::read_desc;
 use crate::state::{FsInner, FsState, InodeInfo};
 use crate::types::{FileKind, Stat, Timestamp};
+use jext_journal::Tid;
 
 /// Extra inode bytes jext gives new inodes (ext4's `s_want_extra_isize` default).
 const WANT_EXTRA_ISIZE: u16 = 32;
@@ -51,18 +52,19 @@ pub(crate) fn load(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
         return Err(FsError::Inconsistent(format!("inode {ino} is not in use")));
     }
     if st.inodes.len() >= INODE_CACHE_LIMIT {
-        evict_unused(st);
+        evict_unused(st, fs.journal.committed_tid());
     }
     st.insert_inode(ino, raw);
     Ok(())
 }
 
-/// Drops cached inodes nobody uses and nothing waits to write.
-fn evict_unused(st: &mut FsState) {
+/// Drops cached inodes nobody uses and nothing waits to write (or to fast-commit).
+fn evict_unused(st: &mut FsState, durable: Tid) {
     let pages = &st.pages;
     st.inodes.retain(|ino, info| {
         info.open_count > 0
             || info.dirty
+            || info.fc.is_live(durable)
             || !info.reserved_pages.is_empty()
             || pages.has_dirty(*ino)
     });

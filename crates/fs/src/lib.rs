@@ -16,6 +16,7 @@ pub mod debug;
 mod dir;
 pub mod error;
 pub mod extent_tree;
+pub mod fast_commit;
 mod file;
 pub mod format;
 pub mod fsck;
@@ -40,6 +41,8 @@ mod xattr_ops;
 
 pub use api::{File, Fs};
 pub use error::{FsError, FsResult};
+pub use fast_commit::replay::ReplayReport;
+pub use fast_commit::{FastCommitStats, Ineligible};
 pub use fsck::{fsck, FsckReport};
 pub use jext_journal::CommitMode;
 pub use journal_mode::FileJournalMode;

@@ -7,7 +7,7 @@
 //! blocks (the resize inode) for growth to 1024 times the size; a journal sized by the
 //! e2fsprogs table, in the middle of the disk; features has_journal ext_attr
 //! resize_inode dir_index filetype extent 64bit flex_bg sparse_super large_file
-//! huge_file dir_nlink extra_isize metadata_csum (and fast_commit on request).
+//! huge_file dir_nlink extra_isize metadata_csum fast_commit (unless asked not to).
 //!
 //! Inode tables are initialized lazily, as mkfs.ext4 does: only group 0's first inodes are
 //! written, and `itable_unused` tells every reader which records to trust. Everything is
@@ -46,7 +46,7 @@ const FLEX_GROUPS: u32 = 16;
 const DIND_SLOT: usize = 13;
 
 /// What to make.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct MkfsOptions {
     /// 1024, 2048, 4096 (or up to 65536); default by size as mkfs.ext4.
     pub block_size: Option<u32>,
@@ -54,7 +54,8 @@ pub struct MkfsOptions {
     pub inode_ratio: Option<u32>,
     /// Journal size in blocks; default by size as mkfs.ext4.
     pub journal_blocks: Option<u32>,
-    /// Reserve a fast-commit area and set the fast_commit feature.
+    /// Reserve a fast-commit area and set the fast_commit feature (on by default: an
+    /// eligible fsync then writes a fast commit instead of a full one).
     pub fast_commit: bool,
     pub label: String,
     /// The device reads as zeros already (a freshly created sparse image file), so the
@@ -62,6 +63,20 @@ pub struct MkfsOptions {
     pub assume_zeroed: bool,
     /// Fixed identifiers, for reproducible images; random otherwise.
     pub uuid: Option<[u8; 16]>,
+}
+
+impl Default for MkfsOptions {
+    fn default() -> Self {
+        MkfsOptions {
+            block_size: None,
+            inode_ratio: None,
+            journal_blocks: None,
+            fast_commit: true,
+            label: String::new(),
+            assume_zeroed: false,
+            uuid: None,
+        }
+    }
 }
 
 /// What was made.

@@ -187,6 +187,8 @@ pub(crate) fn journal_area(io: &IoQueue, sb: &Superblock) -> FsResult<JournalAre
 /// Everything `open` produced, for the caller to report.
 pub struct MountReport {
     pub recovery: RecoveryReport,
+    /// What applying the fast commits recovery found did, if there were any.
+    pub fast_commit_replay: Option<crate::fast_commit::replay::ReplayReport>,
     /// Orphan inodes finished at mount.
     pub orphans_finished: usize,
 }
@@ -208,6 +210,10 @@ pub(crate) fn mount(
     }
     let area = journal_area(&io, &sb)?;
     let recovery = recover(&io, std::slice::from_ref(&area))?;
+    let fast_commits_pending = !recovery.fast_commits.records.is_empty();
+    // Fast commits are applied like the log, even by a read-only mount (as Linux does):
+    // it starts writable, applies them, and then becomes read-only.
+    let starts_read_only = options.read_only && !fast_commits_pending;
     // Replay may have rewritten the superblock.
     let mut sb = read_superblock(&io)?;
     if !options.read_only {
@@ -228,8 +234,9 @@ pub(crate) fn mount(
             wide_blocks: sb.has_incompat(features::INCOMPAT_64BIT),
             fast_commit: sb.has_compat(features::COMPAT_FAST_COMMIT),
         },
-        read_only: options.read_only,
+        read_only: starts_read_only,
         commit_mode: options.journal_commit,
+        fast_commits_pending,
         ..JournalConfig::default()
     };
     let journal = Arc::new(Journal::load(io.clone(), area, journal_config)?);
@@ -253,7 +260,7 @@ pub(crate) fn mount(
         dir_index: sb.has_compat(features::COMPAT_DIR_INDEX),
         large_dir: sb.has_large_dir(),
         filetype: sb.has_incompat(features::INCOMPAT_FILETYPE),
-        read_only: AtomicBool::new(options.read_only),
+        read_only: AtomicBool::new(starts_read_only),
         geo,
         io,
         cache,
@@ -268,11 +275,22 @@ pub(crate) fn mount(
             error: None,
             next_generation: generation,
             next_data_seq: 0,
+            fc: Default::default(),
         }),
+        fc_stats: Default::default(),
     });
+    let mut fast_commit_replay = None;
     let orphans_finished = {
         let mut st = inner.state.lock();
         st.alloc = AllocState::load(&inner)?;
+        if fast_commits_pending {
+            fast_commit_replay = Some(apply_fast_commits(&inner, &mut st, &recovery)?);
+        }
+        if inner.options.read_only && !inner.is_read_only() {
+            drop(st);
+            remount(&inner, true)?;
+            st = inner.state.lock();
+        }
         st.orphans = read_orphan_list(&inner, &mut st)?;
         if inner.is_read_only() {
             0
@@ -284,9 +302,24 @@ pub(crate) fn mount(
         inner,
         MountReport {
             recovery,
+            fast_commit_replay,
             orphans_finished,
         },
     ))
+}
+
+/// Applies the fast commits recovery found as the first transaction, and waits for it to
+/// be durable: until then the journal's superblock keeps them valid, so a crash here
+/// replays them again from the same state.
+fn apply_fast_commits(
+    fs: &FsInner,
+    st: &mut FsState,
+    recovery: &RecoveryReport,
+) -> FsResult<crate::fast_commit::replay::ReplayReport> {
+    let report = crate::fast_commit::replay::apply(fs, st, &recovery.fast_commits.records)?;
+    let tid = fs.journal.commit_all()?;
+    fs.journal.commit_and_wait(tid)?;
+    Ok(report)
 }
 
 fn now_seconds() -> u32 {

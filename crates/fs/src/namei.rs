@@ -9,6 +9,7 @@
 use crate::acl::{self, AclKind};
 use crate::dir;
 use crate::error::{FsError, FsResult};
+use crate::fast_commit::{Ineligible, NewName};
 use crate::format::acl::Acl;
 use crate::format::inode::{flags, Inode};
 use crate::inode_guard;
@@ -242,6 +243,16 @@ fn create_in(
     dir::add(tx, parent, name, ino, file_type)?;
     touch_dir(tx, parent, t)?;
     tx.write_inode(parent)?;
+    // A fast commit can create regular files and directories (with no xattrs: an
+    // inherited ACL already closed the window); its replay of others would differ.
+    if matches!(kind, FileKind::Regular | FileKind::Directory) {
+        let tid = tx.tid();
+        tx.inode(ino)?.fc.new_name = Some(NewName {
+            parent,
+            name: name.to_vec(),
+            tid,
+        });
+    }
     Ok(ino)
 }
 
@@ -342,6 +353,7 @@ pub(crate) fn link(
     let kind = FileKind::from_mode(info.mode());
     ensure_space(fs, st, 8, false)?;
     let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
+    tx.fc_ineligible(Ineligible::Link);
     let r = (|| {
         let file_type = match (tx.fs.filetype, kind) {
             (true, Some(k)) => k.dirent_type(),
@@ -396,6 +408,7 @@ pub(crate) fn unlink(
         return Err(FsError::NotEmpty(name_str(name)));
     }
     let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
+    tx.fc_note_unlink(parent, target, name);
     let r = (|| {
         dir::remove(&mut tx, parent, name)?;
         let t = now();
@@ -550,6 +563,7 @@ pub(crate) fn rename(
     }
     ensure_space(fs, st, 16, false)?;
     let mut tx = Tx::begin(fs, st, 2 * NAMESPACE_CREDITS)?;
+    tx.fc_ineligible(Ineligible::Rename);
     let moves = Moves {
         src_parent,
         src_name,

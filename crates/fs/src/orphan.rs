@@ -15,6 +15,7 @@ pub(crate) fn add(tx: &mut Tx, ino: u32) -> FsResult<()> {
     if tx.st.orphans.contains(&ino) {
         return Ok(());
     }
+    tx.note_orphan_change(ino);
     let head = tx.st.sb.last_orphan();
     tx.inode(ino)?.raw.set_dtime(head);
     tx.write_inode(ino)?;
@@ -29,12 +30,14 @@ pub(crate) fn remove(tx: &mut Tx, ino: u32) -> FsResult<()> {
     let Some(i) = tx.st.orphans.iter().position(|&o| o == ino) else {
         return Ok(());
     };
+    tx.note_orphan_change(ino);
     let next = tx.st.orphans.get(i + 1).copied().unwrap_or(0);
     if i == 0 {
         tx.st.sb.set_last_orphan(next);
         tx.write_superblock()?;
     } else {
         let prev = tx.st.orphans[i - 1];
+        tx.note_orphan_change(prev);
         tx.inode(prev)?.raw.set_dtime(next);
         tx.write_inode(prev)?;
     }

@@ -42,6 +42,9 @@ pub(crate) struct FsInner {
     /// Changes are refused (`ro`, or a remount to `ro`); starts as `options.read_only`.
     pub read_only: AtomicBool,
     pub state: Mutex<FsState>,
+    /// Fast commits and fallbacks since mount (kept outside `state`: the journal's
+    /// answer arrives after `state` is released).
+    pub fc_stats: Mutex<crate::fast_commit::FastCommitStats>,
 }
 
 impl FsInner {
@@ -65,6 +68,8 @@ pub(crate) struct FsState {
     /// Source of [`InodeInfo::data_seq`] values: each is used once, so a value seen
     /// before an inode was evicted never matches after it is loaded again.
     pub next_data_seq: u64,
+    /// What fast commits need to know across fsyncs.
+    pub fc: crate::fast_commit::FcState,
 }
 
 impl FsState {
@@ -124,6 +129,8 @@ pub(crate) struct InodeInfo {
     pub data_seq: u64,
     /// The page after the last one read ahead: a miss there is a reader going forward.
     pub readahead_next: u64,
+    /// What its next fast commit must carry.
+    pub fc: crate::fast_commit::FcInode,
 }
 
 impl InodeInfo {
@@ -140,6 +147,7 @@ impl InodeInfo {
             unflushed_data: false,
             data_seq: 0,
             readahead_next: 0,
+            fc: Default::default(),
         }
     }
 

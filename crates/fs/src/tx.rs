@@ -53,6 +53,14 @@ impl<'a> Tx<'a> {
             .tid()
     }
 
+    /// Blocks this handle may still add to the transaction.
+    pub fn credits_left(&self) -> u32 {
+        self.handle
+            .as_ref()
+            .expect("a Tx has its handle until it ends")
+            .credits_left()
+    }
+
     /// Ends the operation: on success the handle stops; on failure after changes the
     /// journal is aborted so the partial operation never commits.
     pub fn end<T>(mut self, result: FsResult<T>) -> FsResult<T> {
@@ -133,6 +141,43 @@ impl<'a> Tx<'a> {
     /// transaction commits (data=ordered).
     pub fn note_ordered_data(&mut self) {
         self.handle().note_ordered_data();
+    }
+
+    /// Records that logical blocks `[from, to)` of `ino` were mapped, unmapped or
+    /// converted in this transaction (what its next fast commit must carry).
+    pub fn note_mapping(&mut self, ino: u32, from: u32, to: u64) {
+        let tid = self.tid();
+        if let Some(info) = self.st.inodes.get_mut(&ino) {
+            info.fc.note_changed(from, to, tid);
+            info.datasync_tid = Some(tid);
+        }
+    }
+
+    /// Records that `ino` went on or off the orphan list, or its orphan-list link changed
+    /// (its `i_dtime`): its fast commits would carry a link the durable list disagrees
+    /// with, so its fsyncs commit in full until this transaction is durable.
+    pub fn note_orphan_change(&mut self, ino: u32) {
+        let tid = self.tid();
+        if let Some(info) = self.st.inodes.get_mut(&ino) {
+            info.fc.orphan_changed = Some(tid);
+        }
+    }
+
+    /// Records that name `name` of inode `ino` left directory `parent`: every fast commit
+    /// until this transaction is durable carries it (an UNLINK record), so that replay
+    /// removes the name before it creates anything the fast commit names.
+    pub fn fc_note_unlink(&mut self, parent: u32, ino: u32, name: &[u8]) {
+        let tid = self.tid();
+        if !self.st.fc.note_unlink(tid, parent, ino, name) {
+            self.fc_ineligible(crate::fast_commit::Ineligible::Unlink);
+        }
+    }
+
+    /// Records a change no fast commit can carry: fsyncs commit in full until this
+    /// transaction is durable.
+    pub fn fc_ineligible(&mut self, reason: crate::fast_commit::Ineligible) {
+        let tid = self.tid();
+        self.st.fc.ineligible = Some((tid, reason));
     }
 
     /// Records that inode `ino`'s size or block map changed in this transaction.

@@ -179,6 +179,7 @@ fn remove_from(attrs: &mut Attrs, key: &XattrEntry) -> bool {
 
 /// Writes the inode's attribute area and its block.
 fn store(tx: &mut Tx, ino: u32, attrs: Attrs) -> FsResult<()> {
+    tx.fc_ineligible(crate::fast_commit::Ineligible::Xattr);
     let fits = xattr::encode_inode_area(tx.inode(ino)?.raw.xattr_area_mut(), &attrs.in_inode);
     assert!(fits, "in-inode attributes were sized before storing");
     let bs = tx.fs.geo.block_size as usize;

@@ -42,6 +42,8 @@
 //! The commit thread is woken only when a commit is asked for or due, or a lock-down
 //! waits for the last handle: never by every handle that stops.
 
+use crate::fast_commit::FastCommitOutcome;
+use crate::format::fast_commit::FcRecord;
 use crate::jbuf::JBuf;
 use crate::log::{CommitMode, LogFeatures, LogLayout};
 use crate::tid::{tid_geq, tid_gt, Tid};
@@ -71,6 +73,10 @@ pub struct JournalConfig {
     /// Write nothing at load (a read-only mount): turned-on features then reach the disk
     /// with the superblock the first commit writes, if a remount ever allows one.
     pub read_only: bool,
+    /// Recovery left fast commits for the file system to apply
+    /// ([`crate::RecoveryReport::fast_commits`]): the superblock points at an empty log
+    /// whose next transaction makes them obsolete, and the journal continues that log.
+    pub fast_commits_pending: bool,
 }
 
 impl Default for JournalConfig {
@@ -82,6 +88,7 @@ impl Default for JournalConfig {
             features: LogFeatures::default(),
             commit_mode: CommitMode::default(),
             read_only: false,
+            fast_commits_pending: false,
         }
     }
 }
@@ -111,6 +118,10 @@ pub struct JournalStats {
     /// Commits written as one write with their commit block (`CommitMode::SingleIo`);
     /// the others had ordered data to make durable first, or single I/O is off.
     pub single_io_commits: u64,
+    /// Fast commits written (fsyncs that did not commit the running transaction).
+    pub fast_commits: u64,
+    /// Blocks those fast commits took in the fast-commit area.
+    pub fast_commit_blocks: u64,
 }
 
 /// The journal of one mounted file system.
@@ -150,6 +161,8 @@ pub(crate) struct Shared {
     /// thread while it publishes a durable revoke: a home write of a block that a newly
     /// durable revoke freed can then never land after the file system reused the block.
     pub(crate) checkpoint_io: Mutex<()>,
+    /// The fast-commit area after the log, and the order fast commits go in.
+    pub(crate) fast_commits: crate::fast_commit::FastCommitArea,
     /// A copy of `State::committed` readable without the lock.
     committed_tid: AtomicU32,
     /// A copy of `State::dispatched` readable without the lock.
@@ -263,7 +276,8 @@ pub(crate) struct CommittingTransaction {
 
 impl Journal {
     /// Starts the journal in `area`, whose superblock must say the log is empty (run
-    /// [`crate::recovery::recover`] first).
+    /// [`crate::recovery::recover`] first), or, with `fast_commits_pending`, point at
+    /// the empty log recovery left.
     pub fn load(
         io: Arc<IoQueue>,
         area: JournalArea,
@@ -275,7 +289,11 @@ impl Journal {
             config.features,
             config.commit_mode,
             !config.read_only,
+            config.fast_commits_pending,
         )?;
+        // A log recovery left pending stays where it is: its first transaction goes at
+        // `s_start`, and the superblock already names it.
+        let start = layout.start().unwrap_or(layout.first);
         let log_len = layout.last - layout.first;
         let max_transaction_blocks = config
             .max_transaction_blocks
@@ -293,11 +311,11 @@ impl Journal {
             durable_requested: None,
             dispatch_requested: None,
             log: LogPosition {
-                head: layout.first,
-                tail: layout.first,
+                head: start,
+                tail: start,
             },
             checkpoint: CheckpointList::default(),
-            superblock_says_empty: true,
+            superblock_says_empty: layout.start().is_none(),
             aborted: None,
             shutting_down: false,
             helpers_stop: false,
@@ -305,6 +323,10 @@ impl Journal {
             stats: JournalStats::default(),
         };
         let barrier_device = io.barrier_mode();
+        let fast_commits = match layout.fast_commit_area() {
+            Some((first, len)) => crate::fast_commit::FastCommitArea::new(first, len),
+            None => crate::fast_commit::FastCommitArea::new(0, 0),
+        };
         let shared = Arc::new(Shared {
             io,
             area,
@@ -318,6 +340,7 @@ impl Journal {
             flush_wake: Condvar::new(),
             checkpoint_wake: Condvar::new(),
             checkpoint_io: Mutex::new(()),
+            fast_commits,
             committed_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
             dispatched_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
         });
@@ -405,7 +428,7 @@ impl Journal {
     /// fsync: commits transaction `tid` (if it is not committed yet) and waits until its
     /// commit block is durable.
     pub fn commit_and_wait(&self, tid: Tid) -> Result<(), JournalError> {
-        self.wait_for(tid, true)
+        self.shared.wait_for(tid, true)
     }
 
     /// fbarrier / fdatabarrier: commits transaction `tid` and waits only until its commit
@@ -413,31 +436,7 @@ impl Journal {
     /// persists before anything written after this returns, but none of it need be
     /// durable yet.
     pub fn commit_and_wait_dispatched(&self, tid: Tid) -> Result<(), JournalError> {
-        self.wait_for(tid, false)
-    }
-
-    fn wait_for(&self, tid: Tid, durable: bool) -> Result<(), JournalError> {
-        let shared = &self.shared;
-        let mut st = shared.state.lock();
-        let mut asked = false;
-        loop {
-            if let Some(err) = &st.aborted {
-                return Err(err.clone());
-            }
-            let reached = if durable { st.committed } else { st.dispatched };
-            if tid_geq(reached, tid) {
-                return Ok(());
-            }
-            if tid_geq(tid, st.next_tid) {
-                // Never started: nothing of it can need committing.
-                return Ok(());
-            }
-            if !asked {
-                request_commit(shared, &mut st, tid, durable);
-                asked = true;
-            }
-            shared.changed.wait(&mut st);
-        }
+        self.shared.wait_for(tid, false)
     }
 
     /// Commits whatever is running and waits until it is durable; returns the tid that is
@@ -456,6 +455,36 @@ impl Journal {
             Some(t) => t.tid,
             None => st.next_tid.wrapping_sub(1),
         }
+    }
+
+    /// The tid a fast commit written now must carry: the running transaction's, or the
+    /// next one's when none runs (every change made so far is in it or before it).
+    pub fn fast_commit_tid(&self) -> Tid {
+        let st = self.shared.state.lock();
+        st.running.as_ref().map_or(st.next_tid, |t| t.tid)
+    }
+
+    /// Blocks of the fast-commit area (0: the journal has none, every fsync commits).
+    pub fn fast_commit_area_blocks(&self) -> u32 {
+        self.shared.fast_commits.len
+    }
+
+    /// Writes one fast commit of `tid` (from [`Journal::fast_commit_tid`]) holding
+    /// `records`, in the order of `ticket` (0, 1, 2, ... handed out where the records
+    /// were built; every ticket must come here once, with no records if there is nothing
+    /// to write). Returns once it is durable, or says why nothing was written.
+    pub fn fast_commit(
+        &self,
+        ticket: u64,
+        tid: Tid,
+        records: &[FcRecord],
+    ) -> Result<FastCommitOutcome, JournalError> {
+        if let Some(err) = self.aborted() {
+            // Keep the tickets moving for the others, who will see the abort too.
+            let _ = crate::fast_commit::write(&self.shared, ticket, tid, &[]);
+            return Err(err);
+        }
+        crate::fast_commit::write(&self.shared, ticket, tid, records)
     }
 
     /// The last transaction whose commit is durable.
@@ -664,6 +693,65 @@ fn request_commit(shared: &Shared, st: &mut State, tid: Tid, durable: bool) {
 }
 
 impl Shared {
+    /// Waits until `tid` is durable (`durable`) or dispatched in order, asking for its
+    /// commit.
+    pub(crate) fn wait_for(&self, tid: Tid, durable: bool) -> Result<(), JournalError> {
+        let shared = self;
+        let mut st = shared.state.lock();
+        let mut asked = false;
+        loop {
+            if let Some(err) = &st.aborted {
+                return Err(err.clone());
+            }
+            let reached = if durable { st.committed } else { st.dispatched };
+            if tid_geq(reached, tid) {
+                return Ok(());
+            }
+            if tid_geq(tid, st.next_tid) {
+                // Never started: nothing of it can need committing.
+                return Ok(());
+            }
+            if !asked {
+                request_commit(shared, &mut st, tid, durable);
+                asked = true;
+            }
+            shared.changed.wait(&mut st);
+        }
+    }
+
+    /// The last durable transaction.
+    pub(crate) fn committed(&self) -> Tid {
+        self.committed_tid.load(Ordering::Acquire)
+    }
+
+    /// Before the first fast commit after load (or after the log was marked empty): the
+    /// superblock must point at the log, with `tid` as its first transaction, or
+    /// recovery (Linux's too) would not look at the fast-commit area at all.
+    pub(crate) fn point_superblock_at_log(&self, tid: Tid) -> Result<(), JournalError> {
+        let mut st = self.state.lock();
+        if !st.superblock_says_empty {
+            return Ok(());
+        }
+        debug_assert_eq!(
+            st.committed.wrapping_add(1),
+            tid,
+            "fast commit of a later tid"
+        );
+        debug_assert!(st.in_log.is_empty());
+        let head = st.log.head;
+        let sb = self.layout.superblock_block(head, tid);
+        crate::checkpoint::write_superblock(self, sb)?;
+        st.superblock_says_empty = false;
+        st.log.tail = head;
+        Ok(())
+    }
+
+    pub(crate) fn note_fast_commit(&self, blocks: u32) {
+        let mut st = self.state.lock();
+        st.stats.fast_commits += 1;
+        st.stats.fast_commit_blocks += u64::from(blocks);
+    }
+
     /// Free log blocks, counting every block reserved by a committing transaction.
     pub(crate) fn log_free(&self, st: &State) -> u32 {
         self.layout.free_between(st.log.tail, st.log.head)

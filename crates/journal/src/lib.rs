@@ -3,13 +3,15 @@
 //! - [`format`]: the on-disk journal superblock and log blocks.
 //! - [`journal`]: handles, transactions (running → committing → checkpoint) and the
 //!   waits; `commit`, `flush` and `checkpoint`: the three threads of dual-mode journaling.
-//! - [`recovery`]: scan, revoke and replay at mount.
+//! - `fast_commit`: the fast-commit area's writer (an fsync's records, after the log).
+//! - [`recovery`]: scan, revoke and replay at mount, and the fast commits it finds.
 //! - [`area`]: where a journal lives on the device.
 
 pub mod area;
 mod checkpoint;
 mod commit;
 pub mod error;
+mod fast_commit;
 mod flush;
 pub mod format;
 pub mod jbuf;
@@ -20,6 +22,7 @@ pub mod tid;
 
 pub use area::{AreaRun, JournalArea};
 pub use error::JournalError;
+pub use fast_commit::FastCommitOutcome;
 pub use jbuf::JBuf;
 pub use journal::{Handle, Journal, JournalConfig, JournalStats};
 pub use log::{CommitMode, LogFeatures};

@@ -75,17 +75,19 @@ pub(crate) struct LogLayout {
 }
 
 impl LogLayout {
-    /// Reads the superblock of a journal that recovery already emptied, turning on the
-    /// requested features first (and writing them at once when `write` allows).
+    /// Reads the superblock of a journal that recovery already emptied (or left pointing
+    /// at an empty log, `fast_commits_pending`), turning on the requested features first
+    /// (and writing them at once when `write` allows).
     pub fn load(
         io: &IoQueue,
         area: &JournalArea,
         features: LogFeatures,
         commit_mode: CommitMode,
         write: bool,
+        fast_commits_pending: bool,
     ) -> Result<LogLayout, JournalError> {
         let mut superblock = read_superblock(io, area)?;
-        if !superblock.is_clean() {
+        if !superblock.is_clean() && !fast_commits_pending {
             return Err(JournalError::NeedsRecovery);
         }
         let before = superblock.clone();
@@ -95,7 +97,8 @@ impl LogLayout {
         if features.fast_commit {
             superblock.enable_fast_commit();
         }
-        // An empty log holds no single-I/O transaction.
+        // An empty log (or one recovery left pointing at no transaction, with fast
+        // commits pending) holds no single-I/O transaction.
         superblock.set_single_io(false);
         if write && superblock != before {
             write_superblock(io, area, &superblock, IoFlags::PREFLUSH | IoFlags::FUA)?;
@@ -129,6 +132,25 @@ impl LogLayout {
     /// single-I/O commit can reach the disk.
     pub fn set_single_io_bit(&self) {
         self.single_io_bit.store(true, Ordering::Release);
+    }
+
+    /// Where the superblock says the log starts, if it is not marked empty.
+    pub fn start(&self) -> Option<u32> {
+        (!self.superblock.is_clean()).then(|| self.superblock.start())
+    }
+
+    /// The fast-commit area as (first journal block, blocks jext writes), if the feature
+    /// is on. The area's last block stays unwritten: Linux's replay scan reads on while
+    /// fast commits continue and fails the mount ("corrupted journal superblock") if
+    /// they run to the end of the journal, so a full area must end before its last block.
+    pub fn fast_commit_area(&self) -> Option<(u32, u32)> {
+        let first = self.superblock.fast_commit_first()?;
+        let len = self
+            .superblock
+            .maxlen()
+            .checked_sub(first)?
+            .checked_sub(1)?;
+        (len > 0).then_some((first, len))
     }
 
     /// The tid the next transaction must carry.

@@ -9,6 +9,10 @@
 //! 3. **Replay**: every logged copy not revoked at or after its own tid is checked against
 //!    its tag checksum, and then the newest copy of each block is written home, then a
 //!    flush, then the journal superblock says the log is empty.
+//! 4. **Fast commits** (ext4's, in the area after the log): those whose tid is the first
+//!    one not in the log are read and returned for the file system to apply, which it
+//!    does as its first transaction; until that commits, the superblock points at an
+//!    empty log of that tid, so a crash meanwhile finds the same fast commits again.
 //!
 //! A scan yields a list of committed transactions per log; the revoke and replay passes
 //! run over all logs' transactions merged in tid order. A log is described by
@@ -27,6 +31,7 @@
 
 use crate::format::blocks::{unescape, BlockKind, CommitBlock, Csum, LogFormat, Tag};
 use crate::format::crc32_be;
+use crate::format::fast_commit::{self, FastCommitScan};
 use crate::format::superblock::{
     JournalSuperblock, INCOMPAT_ASYNC_COMMIT, INCOMPAT_JEXT_SINGLE_IO,
 };
@@ -115,6 +120,8 @@ pub struct LogScan {
 #[derive(Clone, Debug)]
 pub struct ScanReport {
     pub superblock: JournalSuperblock,
+    /// The fast commits recovery would hand to the file system.
+    pub fast_commits: FastCommitScan,
     pub transactions: Vec<ScannedTransaction>,
     pub end_tid: Tid,
     pub head_block: u32,
@@ -138,6 +145,9 @@ pub struct RecoveryReport {
     /// Logged copies superseded by a newer copy of the same block.
     pub copies_superseded: usize,
     pub blocks_scanned: u32,
+    /// Fast commits after the last replayed transaction, for the file system to apply
+    /// (the journal stays pending until it commits them: see `mark_fast_commits_pending`).
+    pub fast_commits: FastCommitScan,
 }
 
 fn read_block(io: &IoQueue, area: &JournalArea, block: u32) -> Result<Vec<u8>, JournalError> {
@@ -184,8 +194,14 @@ pub fn write_superblock(
 pub fn scan(io: &IoQueue, area: &JournalArea) -> Result<ScanReport, JournalError> {
     let superblock = read_superblock(io, area)?;
     let log = scan_superblock_log(io, area, &superblock)?;
+    let fast_commits = if superblock.is_clean() {
+        FastCommitScan::default()
+    } else {
+        scan_fast_commits(io, area, &superblock, log.end_tid)?
+    };
     Ok(ScanReport {
         superblock,
+        fast_commits,
         transactions: log.transactions,
         end_tid: log.end_tid,
         head_block: log.head_block,
@@ -527,6 +543,7 @@ struct AreaScan<'a> {
     superblock: JournalSuperblock,
     format: LogFormat,
     log: LogScan,
+    fast_commits: FastCommitScan,
 }
 
 /// A committed transaction and the area whose log holds its copies.
@@ -567,8 +584,13 @@ pub fn recover(io: &IoQueue, areas: &[JournalArea]) -> Result<RecoveryReport, Jo
     let copies = replay_plan(io, areas, &committed, &revoked, &mut report)?;
     replay(io, areas[0].block_size, &copies)?;
     report.blocks_replayed = copies.len();
+    report.fast_commits = scans[0].fast_commits.clone();
     for scan in scans.iter().filter(|s| !s.superblock.is_clean()) {
-        mark_empty(io, scan)?;
+        if scan.fast_commits.records.is_empty() {
+            mark_empty(io, scan)?;
+        } else {
+            mark_fast_commits_pending(io, scan)?;
+        }
     }
     Ok(report)
 }
@@ -576,42 +598,50 @@ pub fn recover(io: &IoQueue, areas: &[JournalArea]) -> Result<RecoveryReport, Jo
 fn scan_area<'a>(io: &IoQueue, area: &'a JournalArea) -> Result<AreaScan<'a>, JournalError> {
     let superblock = read_superblock(io, area)?;
     let log = scan_superblock_log(io, area, &superblock)?;
-    if !superblock.is_clean() {
-        refuse_pending_fast_commits(io, area, &superblock, log.end_tid)?;
-    }
+    // A clean journal replays nothing, fast commits included (as Linux).
+    let fast_commits = if superblock.is_clean() {
+        FastCommitScan::default()
+    } else {
+        scan_fast_commits(io, area, &superblock, log.end_tid)?
+    };
     Ok(AreaScan {
         area,
         format: LogFormat::from_superblock(&superblock),
         superblock,
         log,
+        fast_commits,
     })
 }
 
-/// Fails if the fast-commit area holds commits that follow the last full commit: they
-/// belong to the file system state, replaying ext4 fast commits is not implemented, and
-/// ignoring them would lose data. Linux checks the same head tag: the area's first block
-/// starts with an `ext4_fc_tl` (le16 tag, le16 length) of tag 9 (HEAD) followed by
-/// `ext4_fc_head` (le32 features, le32 tid), and counts only if tid = `end_tid`.
-fn refuse_pending_fast_commits(
+/// The fast commits that follow the last full commit, as the kernel's replay scan reads
+/// them: block by block from the area's first block, valid while their tid is `end_tid`
+/// (the first transaction not in the log). Empty without the feature.
+fn scan_fast_commits(
     io: &IoQueue,
     area: &JournalArea,
     sb: &JournalSuperblock,
     end_tid: Tid,
-) -> Result<(), JournalError> {
-    const FC_TAG_HEAD: u16 = 9;
+) -> Result<FastCommitScan, JournalError> {
     let Some(fc_first) = sb.fast_commit_first().filter(|&b| b < sb.maxlen()) else {
-        return Ok(());
+        return Ok(FastCommitScan::default());
     };
-    let block = read_block(io, area, fc_first)?;
-    let tag = u16::from_le_bytes([block[0], block[1]]);
-    let fc_tid = u32::from_le_bytes([block[8], block[9], block[10], block[11]]);
-    if tag == FC_TAG_HEAD && fc_tid == end_tid {
-        return Err(JournalError::Unsupported(format!(
-            "journal block {fc_first} starts fast commits for transaction {fc_tid}; jext \
-             cannot replay ext4 fast commits yet (mount the image once with Linux)"
-        )));
+    // Read block by block as the scan goes, as Linux does: it stops at the first block
+    // that does not continue the fast commits, usually the first or second.
+    let mut read_error = None;
+    let blocks = (fc_first..sb.maxlen()).map_while(|b| match read_block(io, area, b) {
+        Ok(block) => Some(block),
+        Err(err) => {
+            read_error = Some(err);
+            None
+        }
+    });
+    // INODE records are bounded by the inode size, which only the file system knows; a
+    // block is the most any inode can be, and the file system checks the rest.
+    let found = fast_commit::scan(blocks, end_tid, area.block_size as usize);
+    match read_error {
+        Some(err) => Err(err),
+        None => Ok(found),
     }
-    Ok(())
 }
 
 /// All committed transactions of all areas, oldest first. Tids are consecutive within an
@@ -753,6 +783,18 @@ fn replay(
 /// Marks an area's log empty, after the replayed blocks are durable. As Linux does, the
 /// next tid skips the first unreplayed one (`end_tid`), so that no block of a torn
 /// transaction can ever pass for part of a new one.
+/// After the log's replay, when fast commits wait for the file system to apply them: the
+/// superblock points at an empty log whose next transaction is `end_tid`, the tid the
+/// fast commits carry. Recovery run again finds no transaction and the same fast commits
+/// (Linux too), until the journal commits `end_tid` (the file system's replay of them),
+/// which makes them obsolete. [`crate::Journal::load`] continues such a log.
+fn mark_fast_commits_pending(io: &IoQueue, scan: &AreaScan<'_>) -> Result<(), JournalError> {
+    let mut sb = scan.superblock.clone();
+    sb.set_start(scan.log.head_block);
+    sb.set_sequence(scan.log.end_tid);
+    write_superblock(io, scan.area, &sb, IoFlags::PREFLUSH | IoFlags::FUA)
+}
+
 fn mark_empty(io: &IoQueue, scan: &AreaScan<'_>) -> Result<(), JournalError> {
     let mut sb = scan.superblock.clone();
     sb.mark_empty(scan.log.end_tid.wrapping_add(1), scan.log.head_block);
@@ -782,7 +824,7 @@ mod tests {
             wide_blocks: true,
             fast_commit: false,
         };
-        let layout = LogLayout::load(&io, &area, features, mode, true).unwrap();
+        let layout = LogLayout::load(&io, &area, features, mode, true, false).unwrap();
         (dev, io, area, layout)
     }
 

@@ -10,9 +10,10 @@
 use jext_device::{BlockDevice, FileDevice};
 use jext_io::IoQueue;
 use jext_journal::format::blocks::{Csum, LogFormat};
+use jext_journal::format::fast_commit::FcRecord;
 use jext_journal::format::superblock::{INCOMPAT_ASYNC_COMMIT, INCOMPAT_FAST_COMMIT};
 use jext_journal::recovery::ScanReport;
-use jext_journal::{recover, scan, AreaRun, JournalArea, JournalError};
+use jext_journal::{recover, scan, AreaRun, JournalArea};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -535,7 +536,7 @@ fn kernel_journals_with_v1_checksums_and_async_commit_replay_as_the_kernel_repla
 }
 
 #[test]
-fn pending_kernel_fast_commits_are_refused_without_writing() {
+fn kernel_fast_commits_are_read_back_for_the_file_system() {
     let scratch = Scratch::new("fc");
     let live = scratch.path("live.img");
     mkfs(&live, 64, &["-b", "1024", "-O", "fast_commit"]);
@@ -565,12 +566,32 @@ fn pending_kernel_fast_commits_are_refused_without_writing() {
     let sb = &found.superblock;
     assert!(sb.has_incompat(INCOMPAT_FAST_COMMIT));
     assert!(dump.contains(&format!("tag HEAD, features 0x0, tid {}", found.end_tid)));
-    let before = std::fs::read(&copy).unwrap();
-    let err = recover(&open(&copy, false), std::slice::from_ref(&fs.journal)).unwrap_err();
-    let fc_first = sb.log_end() + 1;
+    let report = recover(&open(&copy, false), std::slice::from_ref(&fs.journal)).unwrap();
+    let fc = &report.fast_commits;
+    assert!(fc.fast_commits >= 1, "{fc:?}");
+    // The appended file (inode 12, the first after lost+found): its inode, and a range
+    // that maps its last block.
+    let inode = fc.records.iter().find_map(|r| match r {
+        FcRecord::Inode { ino: 12, raw } => Some(raw.clone()),
+        _ => None,
+    });
+    let raw = inode.unwrap_or_else(|| panic!("no INODE record of inode 12: {fc:?}"));
+    let size = u32::from_le_bytes(raw[4..8].try_into().unwrap());
+    assert_eq!(size, 11 + 3000, "i_size_lo of the logged inode");
+    let last_block = (11 + 3000 - 1) / 1024;
     assert!(
-        matches!(&err, JournalError::Unsupported(m) if m.contains(&format!("journal block {fc_first}"))),
-        "{err}"
+        fc.records.iter().any(
+            |r| matches!(r, FcRecord::AddRange { ino: 12, lblk, len, .. }
+            if (*lblk..*lblk + *len).contains(&last_block))
+        ),
+        "an ADD_RANGE maps block {last_block}: {fc:?}"
     );
-    assert!(std::fs::read(&copy).unwrap() == before, "nothing written");
+    // Until the file system applies them, the journal points at an empty log of the tid
+    // the fast commits carry, so they stay valid (Linux reads them the same way).
+    let after = scan(&open(&copy, true), &fs.journal).unwrap();
+    assert!(!after.superblock.is_clean());
+    assert_eq!(after.superblock.sequence(), found.end_tid);
+    assert!(after.transactions.is_empty());
+    let again = recover(&open(&copy, false), std::slice::from_ref(&fs.journal)).unwrap();
+    assert_eq!(again.fast_commits, report.fast_commits);
 }

@@ -6,6 +6,7 @@
 use jext_device::{BlockDevice, SimDevice};
 use jext_io::IoQueue;
 use jext_journal::format::blocks::{escape, needs_escape, CommitBlock, Csum, LogFormat, Tag};
+use jext_journal::format::fast_commit::{FastCommitWriter, FcRecord};
 use jext_journal::format::superblock::{
     COMPAT_CHECKSUM, INCOMPAT_64BIT, INCOMPAT_ASYNC_COMMIT, INCOMPAT_CSUM_V2, INCOMPAT_FAST_COMMIT,
 };
@@ -525,23 +526,45 @@ fn tids_wrap_around_32_bits() {
 }
 
 #[test]
-fn pending_fast_commits_are_refused_not_dropped() {
+fn fast_commits_after_the_last_full_commit_are_returned_and_kept_pending() {
     let mut rig = Rig::new(Setup {
         fast_commit: true,
         ..V3
     });
     let last = rig.commit(&[(140, data(1))], &[]);
-    // An ext4 fast-commit head tag (le16 tag 9, le16 len 8, le32 features, le32 tid) for
-    // the transaction after the last full commit, in the first fast-commit block.
     let fc_first = rig.sb.fast_commit_first().unwrap();
+    let record = FcRecord::DelRange {
+        ino: 12,
+        lblk: 3,
+        len: 9,
+    };
+    let mut writer = FastCommitWriter::new(rig.sb.block_size() as usize, last.tid + 1, true);
+    writer.push(&record);
+    for (i, block) in writer.finish().iter().enumerate() {
+        rig.put_at(fc_first + i as u32, block);
+    }
+    let report = rig.recover().unwrap();
+    assert_eq!(report.fast_commits.records, vec![record.clone()]);
+    // The journal now points at an empty log of the fast commit's tid, so a second
+    // recovery (a crash before the file system applied them) finds them again.
+    let again = rig.recover().unwrap();
+    assert_eq!(
+        (again.transactions, again.fast_commits.records),
+        (0, vec![record])
+    );
+
+    // A fast commit whose tail never reached the disk is no fast commit.
+    let mut rig = Rig::new(Setup {
+        fast_commit: true,
+        ..V3
+    });
+    let last = rig.commit(&[(140, data(1))], &[]);
     let mut head = vec![9, 0, 8, 0, 0, 0, 0, 0];
     head.extend_from_slice(&(last.tid + 1).to_le_bytes());
     rig.put_at(fc_first, &head);
-    let err = fails_without_writing(&rig);
-    assert!(matches!(err, JournalError::Unsupported(_)), "{err}");
-    assert!(err
-        .to_string()
-        .contains(&format!("journal block {fc_first}")));
+    let report = rig.recover().unwrap();
+    assert!(report.fast_commits.records.is_empty());
+    assert!(rig.recover().unwrap().was_clean, "marked empty");
 }
 
 #[test]

@@ -145,3 +145,17 @@ pub fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
     f.read_exact_at(&mut buf, offset).unwrap();
     buf
 }
+
+/// Every entry of directory `dir`, "." and ".." included, batch after batch.
+pub fn list_dir(fs: &jext_fs::Fs, dir: jext_fs::Ino) -> Vec<jext_fs::DirEntry> {
+    let mut out = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let batch = fs.readdir(dir, cookie).unwrap();
+        let Some(last) = batch.last() else {
+            return out;
+        };
+        cookie = last.next_cookie;
+        out.extend(batch);
+    }
+}

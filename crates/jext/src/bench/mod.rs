@@ -346,6 +346,7 @@ pub fn systems(root: bool) -> Vec<System> {
         System::Jext {
             mode: DataMode::Ordered,
             backing: Backing::File,
+            fast_commit: true,
             commit: CommitMode::SingleIo,
         },
     ];
@@ -354,13 +355,22 @@ pub fn systems(root: bool) -> Vec<System> {
         all.extend(modes.map(|mode| System::Jext {
             mode,
             backing: Backing::Loop,
+            fast_commit: true,
             commit: CommitMode::SingleIo,
         }));
+        // The same without fast commits: what iJournaling changes.
+        all.push(System::Jext {
+            mode: DataMode::Ordered,
+            backing: Backing::Loop,
+            fast_commit: false,
+            commit: CommitMode::SingleIo,
+        });
         // The commit the mount option `journal_commit=classic` keeps (issue 14).
         all.extend(
             [DataMode::Ordered, DataMode::Journal].map(|mode| System::Jext {
                 mode,
                 backing: Backing::Loop,
+                fast_commit: true,
                 commit: CommitMode::Classic,
             }),
         );
@@ -587,6 +597,7 @@ mod tests {
             System::Jext {
                 mode: DataMode::Ordered,
                 backing: Backing::Loop,
+                fast_commit: true,
                 commit: CommitMode::SingleIo,
             },
             report::EXT4_ORDERED,

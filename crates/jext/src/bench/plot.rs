@@ -376,6 +376,7 @@ mod tests {
         let jext = System::Jext {
             mode: DataMode::Ordered,
             backing: super::super::systems::Backing::Loop,
+            fast_commit: true,
             commit: CommitMode::SingleIo,
         };
         let samples = [

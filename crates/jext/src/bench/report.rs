@@ -867,6 +867,7 @@ mod tests {
         let jext = System::Jext {
             mode: DataMode::Ordered,
             backing: Backing::Loop,
+            fast_commit: true,
             commit: CommitMode::SingleIo,
         };
         let samples = vec![
@@ -913,6 +914,7 @@ mod tests {
         let jext = System::Jext {
             mode: DataMode::Ordered,
             backing: Backing::Loop,
+            fast_commit: true,
             commit: CommitMode::SingleIo,
         };
         let mut samples = Vec::new();

@@ -37,10 +37,13 @@ pub enum System {
     RawFile,
     /// O_DIRECT pwrite to the loop device, fdatasync to make it durable.
     RawLoop,
-    /// jext through the library, in-process, with this journal commit mode.
+    /// jext through the library, in-process, on an image made with or without a
+    /// fast-commit area (without one, every fsync commits the running transaction), with
+    /// this journal commit mode.
     Jext {
         mode: DataMode,
         backing: Backing,
+        fast_commit: bool,
         commit: CommitMode,
     },
     /// Linux ext4 with these mount options, made by mkfs.ext4 with these extra features.
@@ -91,6 +94,7 @@ impl System {
             System::Jext {
                 mode,
                 backing,
+                fast_commit,
                 commit,
             } => {
                 let on = if *backing == Backing::File {
@@ -98,11 +102,12 @@ impl System {
                 } else {
                     "loop"
                 };
+                let classic = if *fast_commit { "" } else { " -O ^fast_commit" };
                 let commit = match commit {
                     CommitMode::SingleIo => String::new(),
                     other => format!(",journal_commit={}", other.name()),
                 };
-                format!("jext {}{commit} ({on})", mode_name(*mode))
+                format!("jext {}{commit}{classic} ({on})", mode_name(*mode))
             }
             System::Ext4 {
                 options,
@@ -166,9 +171,17 @@ impl System {
                     .custom_flags(libc::O_DIRECT)
                     .open(&dev.path)?,
             ),
-            (System::Jext { mode, commit, .. }, dev) => {
+            (
+                System::Jext {
+                    mode,
+                    fast_commit,
+                    commit,
+                    ..
+                },
+                dev,
+            ) => {
                 let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
-                Target::Jext(open_jext(&path, *mode, *commit)?)
+                Target::Jext(open_jext(&path, *mode, *fast_commit, *commit)?)
             }
             (System::Ext4 { options, features }, Some(dev)) => {
                 mkfs_ext4(dev, features)?;
@@ -183,7 +196,10 @@ impl System {
                 },
                 Some(dev),
             ) => {
-                mkfs_jext(jext::open_device(&dev.path, false).map_err(io::Error::other)?)?;
+                mkfs_jext(
+                    jext::open_device(&dev.path, false).map_err(io::Error::other)?,
+                    true,
+                )?;
                 let cache = if *writeback_cache {
                     ",writeback_cache"
                 } else {
@@ -226,9 +242,14 @@ pub fn mode_name(mode: DataMode) -> &'static str {
     }
 }
 
-fn open_jext(path: &std::path::Path, mode: DataMode, commit: CommitMode) -> io::Result<Fs> {
+fn open_jext(
+    path: &std::path::Path,
+    mode: DataMode,
+    fast_commit: bool,
+    commit: CommitMode,
+) -> io::Result<Fs> {
     let device = jext::open_device(path, false).map_err(io::Error::other)?;
-    mkfs_jext(Arc::clone(&device))?;
+    mkfs_jext(Arc::clone(&device), fast_commit)?;
     let options = MountOptions {
         data_mode: mode,
         journal_commit: commit,
@@ -237,9 +258,10 @@ fn open_jext(path: &std::path::Path, mode: DataMode, commit: CommitMode) -> io::
     Fs::open(device, options).map_err(io::Error::other)
 }
 
-fn mkfs_jext(device: Arc<dyn jext::BlockDevice>) -> io::Result<()> {
+fn mkfs_jext(device: Arc<dyn jext::BlockDevice>, fast_commit: bool) -> io::Result<()> {
     let opts = MkfsOptions {
         assume_zeroed: true,
+        fast_commit,
         label: "jext-bench".into(),
         ..MkfsOptions::default()
     };
@@ -510,6 +532,7 @@ mod tests {
         let s = System::Jext {
             mode: DataMode::Journal,
             backing: Backing::Loop,
+            fast_commit: true,
             commit: CommitMode::SingleIo,
         };
         assert_eq!(s.name(), "jext data=journal (loop)");

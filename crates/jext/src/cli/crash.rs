@@ -136,11 +136,19 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 
 fn print_summary(summary: &Summary, config: &Config) {
     let secs = summary.elapsed.as_secs_f64().max(1e-3);
-    println!("mode              workloads  crash points     states   e2fsck   kernel   failures");
+    println!(
+        "mode              workloads  fast commits  crash points     states   e2fsck   kernel   failures"
+    );
     let row = |name: &str, c: &Counts| {
         println!(
-            "{name:<17} {:>9} {:>13} {:>10} {:>8} {:>8} {:>10}",
-            c.workloads, c.crash_points, c.states, c.e2fsck_runs, c.kernel_checks, c.failures
+            "{name:<17} {:>9} {:>13} {:>13} {:>10} {:>8} {:>8} {:>10}",
+            c.workloads,
+            c.fast_commits,
+            c.crash_points,
+            c.states,
+            c.e2fsck_runs,
+            c.kernel_checks,
+            c.failures
         )
     };
     for (mode, c) in &summary.per_mode {

@@ -56,9 +56,10 @@ enum Command {
         /// Journal size in blocks (default by size, as mkfs.ext4).
         #[arg(long)]
         journal_blocks: Option<u32>,
-        /// Reserve a fast-commit area (the fast_commit feature).
+        /// Make no fast-commit area (the fast_commit feature is on by default: eligible
+        /// fsyncs write a fast commit instead of committing the running transaction).
         #[arg(long)]
-        fast_commit: bool,
+        no_fast_commit: bool,
         /// Volume label (up to 16 bytes).
         #[arg(long, default_value = "")]
         label: String,
@@ -229,14 +230,14 @@ pub fn run(cli: Cli) -> i32 {
             size,
             block_size,
             journal_blocks,
-            fast_commit,
+            no_fast_commit,
             label,
         } => tools::mkfs(
             &image,
             size.as_deref(),
             block_size.as_deref(),
             journal_blocks,
-            fast_commit,
+            !no_fast_commit,
             label,
         ),
         Command::Fsck { image } => tools::fsck(&image),

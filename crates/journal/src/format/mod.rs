@@ -1,11 +1,13 @@
 //! The JBD2 on-disk format: the journal superblock ([`superblock`]) and the log blocks
-//! (descriptor, commit and revoke blocks: [`blocks`]). JBD2 is big-endian throughout.
+//! (descriptor, commit and revoke blocks: [`blocks`]), and ext4 fast commits in the
+//! fast-commit area ([`fast_commit`], little-endian). JBD2 is big-endian throughout.
 //!
 //! Everything here is pure encoding: no IO. Decoders return a [`crate::JournalError`]
 //! naming the structure, the journal block and what is wrong, and never panic on bad
 //! bytes; encoders assert their invariants. Nothing here repairs what it reads.
 
 pub mod blocks;
+pub mod fast_commit;
 pub mod superblock;
 
 pub use blocks::{BlockKind, CommitBlock, Csum, LogFormat, Tag};

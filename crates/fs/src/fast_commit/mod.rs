@@ -1,0 +1,421 @@
+//! Fast commits (iJournaling, paper 000, in the form ext4 and Linux replay): an fsync of
+//! an eligible regular file writes only that file's changes — its inode, the block ranges
+//! whose mapping changed, and the directory entries that make it reachable when those are
+//! not durable yet — to the journal's fast-commit area, instead of committing the whole
+//! running transaction. The running transaction still commits every `commit=` interval.
+//!
+//! - this module: what each inode and the file system remember between fsyncs, the
+//!   eligibility rules, and [`plan`], which turns one fsync into records;
+//! - `replay`: applies the fast commits recovery found, as the mount's first transaction.
+//!
+//! Rules that keep replay right (TECHNIQUES.md §1.4):
+//! - a name, range or inode is "uncommitted" while the transaction that changed it is not
+//!   durable (compared with the journal's durable tid at each fsync, never cleared early);
+//! - what a fast commit cannot say falls back to a full commit, counted by reason: until
+//!   the transaction holding a rename, link or xattr change is durable, no fsync writes a
+//!   fast commit (as Linux's ineligible window); a file whose orphan-list link changed
+//!   commits in full until that is durable; directories, non-regular files,
+//!   data-journaled files and files in new directories always commit in full;
+//! - unlinks are said, not avoided: every fast commit starts with an UNLINK record for
+//!   each name removed since the last durable commit (in order), so that replay removes
+//!   a name (and frees its inode) before re-creating it;
+//! - blocks freed by a transaction that is not durable are never reused (the allocator's
+//!   pending frees), and inode numbers are freed only by operations that close the window.
+//!
+//! Must never: write a fast commit that names an inode, block or entry whose state it does
+//! not also carry, or hand out a ticket that does not reach the journal.
+
+pub(crate) mod replay;
+
+use crate::blockmap;
+use crate::error::FsResult;
+use crate::state::{FsInner, FsState, InodeInfo};
+use jext_journal::format::fast_commit::{
+    Dentry, FcRecord, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN, OLD_INODE_SIZE,
+};
+use jext_journal::{tid_gt, FastCommitOutcome, Tid};
+use std::collections::BTreeMap;
+
+/// Why an fsync committed the running transaction instead of writing a fast commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ineligible {
+    /// The journal has no fast-commit area (an image without `fast_commit`).
+    NoArea,
+    /// The mount is `data=journal` or the file is `chattr +j`.
+    DataJournaled,
+    /// A directory, symlink or special file.
+    NotRegular,
+    Rename,
+    Link,
+    /// More unlinks wait for a durable commit than a fast commit carries.
+    Unlink,
+    /// The file is unlinked but open, or its orphan-list link changed (a long truncate)
+    /// in a transaction that is not durable.
+    Orphan,
+    /// An extended attribute (or ACL) changed.
+    Xattr,
+    /// A new file's directory chain is deeper than a fast commit carries.
+    DeepPath,
+    /// The file's directory was created by a transaction that is not durable.
+    NewDirectory,
+    /// The fast-commit area is full until the running transaction commits.
+    AreaFull,
+    /// The file's changes are all in a transaction already committing: the fsync waits
+    /// for it and writes nothing.
+    AlreadyCommitting,
+}
+
+impl Ineligible {
+    pub fn name(self) -> &'static str {
+        match self {
+            Ineligible::NoArea => "no_fast_commit_area",
+            Ineligible::DataJournaled => "data_journaled",
+            Ineligible::NotRegular => "not_regular_file",
+            Ineligible::Rename => "rename",
+            Ineligible::Link => "link",
+            Ineligible::Unlink => "unlink",
+            Ineligible::Orphan => "orphan",
+            Ineligible::Xattr => "xattr",
+            Ineligible::DeepPath => "deep_new_path",
+            Ineligible::NewDirectory => "new_directory",
+            Ineligible::AreaFull => "area_full",
+            Ineligible::AlreadyCommitting => "already_committing",
+        }
+    }
+}
+
+/// New directories above a new file that one fast commit may create.
+const MAX_NEW_ANCESTORS: usize = 32;
+
+/// What an inode remembers for its next fast commit.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FcInode {
+    /// The name it was created with, while that creation is not durable.
+    pub new_name: Option<NewName>,
+    /// Logical blocks `[start, end)` whose mapping changed since its last fast commit,
+    /// and the newest transaction that changed them.
+    pub changed: Option<(u32, u32, Tid)>,
+    /// The last transaction that put it on or took it off the orphan list.
+    pub orphan_changed: Option<Tid>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct NewName {
+    pub parent: u32,
+    pub name: Vec<u8>,
+    pub tid: Tid,
+}
+
+impl FcInode {
+    /// Whether anything here still matters (a transaction named in it is not durable).
+    pub fn is_live(&self, durable: Tid) -> bool {
+        self.new_name
+            .as_ref()
+            .is_some_and(|n| tid_gt(n.tid, durable))
+            || self.changed.is_some_and(|(_, _, t)| tid_gt(t, durable))
+            || self.orphan_changed.is_some_and(|t| tid_gt(t, durable))
+    }
+
+    pub fn note_changed(&mut self, from: u32, to: u64, tid: Tid) {
+        let to = to.min(u64::from(u32::MAX)) as u32;
+        self.changed = Some(match self.changed {
+            Some((s, e, _)) => (s.min(from), e.max(to), tid),
+            None => (from, to, tid),
+        });
+    }
+}
+
+/// What the file system remembers for fast commits.
+#[derive(Debug, Default)]
+pub(crate) struct FcState {
+    /// The newest transaction holding a change no fast commit can say, and what it was.
+    pub ineligible: Option<(Tid, Ineligible)>,
+    /// The ticket the next plan takes (the journal writes fast commits in ticket order).
+    pub next_ticket: u64,
+    /// Names removed by transactions that may not be durable and not yet carried by a
+    /// fast commit, oldest first, with their transactions: the next fast commit starts
+    /// with them.
+    pub unlinks: Vec<(Tid, Dentry)>,
+}
+
+/// Removed names a fast commit carries at most; more commit in full until durable.
+const MAX_PENDING_UNLINKS: usize = 128;
+
+impl FcState {
+    /// Remembers an unlink for the fast commits to come; false if too many are pending.
+    pub fn note_unlink(&mut self, tid: Tid, parent: u32, ino: u32, name: &[u8]) -> bool {
+        if self.unlinks.len() >= MAX_PENDING_UNLINKS {
+            return false;
+        }
+        let name = name.to_vec();
+        self.unlinks.push((tid, Dentry { parent, ino, name }));
+        true
+    }
+
+    /// The UNLINK records of every removal not yet durable nor carried, taken: each goes
+    /// in exactly one fast commit. Replay applies every fast commit of a tid in order,
+    /// and a later tid means this one is durable, so once is enough; twice would be
+    /// wrong when the name and inode number were both reused meanwhile (the second
+    /// UNLINK would remove the new file). A fast commit that is then not written leaves
+    /// the journal refusing every later one of its tid (see the journal's writer).
+    fn unlink_records(&mut self, durable: Tid) -> Vec<FcRecord> {
+        self.unlinks
+            .drain(..)
+            .filter(|(tid, _)| tid_gt(*tid, durable))
+            .map(|(_, d)| FcRecord::Unlink(d))
+            .collect()
+    }
+}
+
+/// Fast commits and fallbacks since mount.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FastCommitStats {
+    pub fast_commits: u64,
+    pub fast_commit_blocks: u64,
+    /// Fast commits found unnecessary when their turn came (the full commit was durable).
+    pub obsolete: u64,
+    /// Full commits instead, by reason.
+    pub fallbacks: BTreeMap<&'static str, u64>,
+}
+
+/// One fsync's fast commit, ready for the journal.
+pub(crate) struct Plan {
+    pub ticket: u64,
+    pub tid: Tid,
+    pub records: Vec<FcRecord>,
+}
+
+/// Turns an fsync of `ino` (whose data was just written back, and whose newest change
+/// is in transaction `wanted`) into a fast commit, or says why it must commit in full.
+pub(crate) fn plan(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    wanted: Tid,
+) -> FsResult<Result<Plan, Ineligible>> {
+    if let Err(reason) = eligible(fs, st, ino) {
+        return Ok(Err(reason));
+    }
+    let tid = fs.journal.fast_commit_tid();
+    if tid != wanted {
+        // Everything of the file is in a transaction already committing: waiting for it
+        // costs what a fast commit would wait for anyway, and writes nothing more.
+        return Ok(Err(Ineligible::AlreadyCommitting));
+    }
+    let durable = fs.journal.committed_tid();
+    let chain = match new_chain(fs, st, ino, durable)? {
+        Ok(chain) => chain,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    // Linux's replay of a new directory leaves its link counts and block count for a
+    // later full commit to put right (e2fsck finds them wrong after a crash), so a file
+    // under a directory that is not durable commits in full.
+    if chain.len() > 1 {
+        return Ok(Err(Ineligible::NewDirectory));
+    }
+    let ranges = range_records(fs, st, ino, durable)?;
+    let mut records = st.fc.unlink_records(durable);
+    match chain.first() {
+        // As Linux: the inode, its blocks, its name (replay links it with one link), and
+        // the inode again, which sets the block count from the blocks now mapped.
+        Some((_, name)) => {
+            records.push(inode_record(fs, st, ino));
+            records.extend(ranges);
+            records.push(FcRecord::Creat(dentry(name, ino)));
+            records.push(inode_record(fs, st, ino));
+        }
+        None => {
+            records.extend(ranges);
+            records.push(inode_record(fs, st, ino));
+        }
+    }
+    let ticket = st.fc.next_ticket;
+    st.fc.next_ticket += 1;
+    Ok(Ok(Plan {
+        ticket,
+        tid,
+        records,
+    }))
+}
+
+/// Writes a planned fast commit, or notes why the fsync must commit in full; returns
+/// whether the file is durable without a full commit.
+pub(crate) fn write(fs: &FsInner, plan: Result<Plan, Ineligible>) -> FsResult<bool> {
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(reason) => {
+            note_fallback(fs, reason);
+            return Ok(false);
+        }
+    };
+    match fs
+        .journal
+        .fast_commit(plan.ticket, plan.tid, &plan.records)?
+    {
+        FastCommitOutcome::Written { blocks } => {
+            let mut stats = fs.fc_stats.lock();
+            stats.fast_commits += 1;
+            stats.fast_commit_blocks += u64::from(blocks);
+            Ok(true)
+        }
+        FastCommitOutcome::Obsolete => {
+            fs.fc_stats.lock().obsolete += 1;
+            Ok(true)
+        }
+        FastCommitOutcome::NoRoom => {
+            note_fallback(fs, Ineligible::AreaFull);
+            Ok(false)
+        }
+    }
+}
+
+fn note_fallback(fs: &FsInner, reason: Ineligible) {
+    *fs.fc_stats
+        .lock()
+        .fallbacks
+        .entry(reason.name())
+        .or_default() += 1;
+}
+
+fn eligible(fs: &FsInner, st: &FsState, ino: u32) -> Result<(), Ineligible> {
+    if fs.journal.fast_commit_area_blocks() == 0 {
+        return Err(Ineligible::NoArea);
+    }
+    let info = &st.inodes[&ino];
+    if !info.is_reg() {
+        return Err(Ineligible::NotRegular);
+    }
+    let durable = fs.journal.committed_tid();
+    let orphan_changed = info.fc.orphan_changed.is_some_and(|t| tid_gt(t, durable));
+    if orphan_changed || info.raw.links_count() == 0 {
+        return Err(Ineligible::Orphan);
+    }
+    if fs.journals_data(&info.raw) {
+        return Err(Ineligible::DataJournaled);
+    }
+    match st.fc.ineligible {
+        Some((tid, reason)) if tid_gt(tid, durable) => Err(reason),
+        _ => Ok(()),
+    }
+}
+
+/// The file and each new directory above it whose creation is not durable, bottom up,
+/// with the names they were created with; empty if the file's own name is durable.
+fn new_chain(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    durable: Tid,
+) -> FsResult<Result<Vec<(u32, NewName)>, Ineligible>> {
+    let mut chain = Vec::new();
+    let mut at = ino;
+    loop {
+        crate::inodes::load(fs, st, at)?;
+        let info = &st.inodes[&at];
+        let Some(name) = info.fc.new_name.clone().filter(|n| tid_gt(n.tid, durable)) else {
+            return Ok(Ok(chain));
+        };
+        if chain.len() == MAX_NEW_ANCESTORS {
+            return Ok(Err(Ineligible::DeepPath));
+        }
+        let parent = name.parent;
+        chain.push((at, name));
+        at = parent;
+    }
+}
+
+fn dentry(name: &NewName, ino: u32) -> Dentry {
+    Dentry {
+        parent: name.parent,
+        ino,
+        name: name.name.clone(),
+    }
+}
+
+/// The inode as the journal would log it: the 128-byte base and its `i_extra_isize`.
+fn inode_record(fs: &FsInner, st: &FsState, ino: u32) -> FcRecord {
+    let info: &InodeInfo = &st.inodes[&ino];
+    let mut raw = info.raw.encode(ino, fs.csum_seed);
+    let len = if fs.geo.inode_size as usize > OLD_INODE_SIZE {
+        OLD_INODE_SIZE + usize::from(info.raw.extra_isize())
+    } else {
+        OLD_INODE_SIZE
+    };
+    raw.truncate(len.min(raw.len()));
+    FcRecord::Inode { ino, raw }
+}
+
+/// ADD_RANGE for every mapped run and DEL_RANGE for every hole in the blocks whose
+/// mapping changed since the file's last fast commit (taken: the next starts afresh).
+fn range_records(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    durable: Tid,
+) -> FsResult<Vec<FcRecord>> {
+    let info = st.inodes.get_mut(&ino).expect("loaded");
+    let Some((start, end, tid)) = info.fc.changed.take() else {
+        return Ok(Vec::new());
+    };
+    if !tid_gt(tid, durable) || start >= end {
+        return Ok(Vec::new());
+    }
+    let raw = info.raw.clone();
+    let mut records = Vec::new();
+    let mut next = start;
+    for e in blockmap::extents_in(fs, ino, &raw, u64::from(start), u64::from(end))? {
+        let from = e.logical.max(start);
+        let to = (u64::from(e.logical) + u64::from(e.len)).min(u64::from(end)) as u32;
+        if from > next {
+            records.push(FcRecord::DelRange {
+                ino,
+                lblk: next,
+                len: from - next,
+            });
+        }
+        push_add_ranges(
+            &mut records,
+            ino,
+            from,
+            to,
+            e.start + u64::from(from - e.logical),
+            e.unwritten,
+        );
+        next = next.max(to);
+    }
+    if next < end {
+        records.push(FcRecord::DelRange {
+            ino,
+            lblk: next,
+            len: end - next,
+        });
+    }
+    Ok(records)
+}
+
+fn push_add_ranges(
+    records: &mut Vec<FcRecord>,
+    ino: u32,
+    from: u32,
+    to: u32,
+    pblk: u64,
+    unwritten: bool,
+) {
+    let longest = if unwritten {
+        MAX_UNWRITTEN_LEN
+    } else {
+        MAX_WRITTEN_LEN
+    };
+    let mut at = from;
+    while at < to {
+        let len = (to - at).min(longest);
+        records.push(FcRecord::AddRange {
+            ino,
+            lblk: at,
+            len,
+            pblk: pblk + u64::from(at - from),
+            unwritten,
+        });
+        at += len;
+    }
+}
