@@ -99,3 +99,75 @@ fn a_tree_goes_in_and_comes_out_the_same() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/tree/nope"));
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A crash leaves single-I/O commits in the log: Linux must refuse the image (the journal's
+/// private incompat bit) and `jext recover` replays it and leaves it clean, after which
+/// e2fsck agrees and the fsynced data is there.
+#[test]
+fn jext_recover_hands_a_single_io_log_to_linux() {
+    use jext::{mkfs, FileJournalMode, Fs, MkfsOptions, MountOptions, SimDevice};
+    use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("jext-recover-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("crashed.img");
+    let dev = Arc::new(SimDevice::new(64 << 20));
+    let opts = MkfsOptions {
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.clone(), &opts).unwrap();
+    let options = MountOptions {
+        commit_interval_ms: 3_600_000,
+        ..MountOptions::default()
+    };
+    let fs = Fs::open(dev.clone(), options).unwrap();
+    let f = fs.create_file("/journaled", 0o644).unwrap();
+    f.set_journal_mode(FileJournalMode::Data).unwrap();
+    f.write_at(0, &[0x5a; 10_000]).unwrap();
+    f.fsync().unwrap();
+    assert!(fs.journal_stats().single_io_commits > 0);
+    dev.crash().write_durable_image(&image).unwrap();
+    drop(f);
+    drop(fs);
+    let image_text = image.to_str().unwrap();
+    let journal = jext(&["debug", image_text, "journal"]);
+    let incompat = journal
+        .split("features incompat ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|hex| u32::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
+        .expect("jext debug journal names the incompat features");
+    assert_ne!(
+        incompat & 0x8000_0000,
+        0,
+        "the private bit is set: {journal}"
+    );
+    let refused = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "e2fsck must refuse the private bit"
+    );
+    let said = jext(&["recover", image_text]);
+    assert!(said.contains("replayed"), "{said}");
+    let checked = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(&image)
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "e2fsck after jext recover: {}",
+        String::from_utf8_lossy(&checked.stdout)
+    );
+    let cat = Command::new(JEXT)
+        .args(["cat", image_text, "/journaled"])
+        .output()
+        .unwrap();
+    assert_eq!(cat.stdout, vec![0x5a; 10_000]);
+    let _ = fs::remove_dir_all(&dir);
+}

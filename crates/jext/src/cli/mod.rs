@@ -69,6 +69,12 @@ enum Command {
     ///
     /// Example: jext fsck disk.img
     Fsck { image: PathBuf },
+    /// Replay the journal with jext's recovery and leave the image clean: what a journal
+    /// holding jext's single-I/O commits (which Linux refuses) needs before Linux mounts it.
+    /// Exit status: 0 recovered (or already clean), 8 could not.
+    ///
+    /// Example: jext recover disk.img
+    Recover { image: PathBuf },
     /// Show on-disk structures.
     ///
     /// Examples: jext debug disk.img superblock
@@ -241,6 +247,7 @@ pub fn run(cli: Cli) -> i32 {
             label,
         ),
         Command::Fsck { image } => tools::fsck(&image),
+        Command::Recover { image } => tools::recover(&image),
         Command::Debug { image, what } => tools::debug(&image, what),
         Command::Mount {
             options,
