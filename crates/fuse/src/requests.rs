@@ -111,10 +111,15 @@ pub struct DaemonStats {
     /// Context switches of all the daemon's threads: waits (voluntary) and preemptions.
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
+    /// How the file system made fsyncs durable: `fast_commit`, `obsolete` (its full
+    /// commit got there first) or `full_<reason>` (a full commit instead, and why).
+    pub fsyncs: BTreeMap<String, u64>,
 }
 
 const VOLUNTARY: &str = "voluntary_switches";
 const INVOLUNTARY: &str = "involuntary_switches";
+/// Marks an fsync count in the text form (`fsync.fast_commit=12`).
+const FSYNC_PREFIX: &str = "fsync.";
 
 impl DaemonStats {
     /// This process's figures, with `counts` as its requests.
@@ -129,6 +134,7 @@ impl DaemonStats {
             requests: counts.snapshot(),
             voluntary_switches: u64::try_from(usage.ru_nvcsw).unwrap_or(0),
             involuntary_switches: u64::try_from(usage.ru_nivcsw).unwrap_or(0),
+            fsyncs: BTreeMap::new(),
         }
     }
 
@@ -142,29 +148,21 @@ impl DaemonStats {
 
     /// Both together (repetitions of one run).
     pub fn plus(&self, other: &DaemonStats) -> DaemonStats {
-        let mut requests = self.requests.clone();
-        for (name, n) in &other.requests {
-            *requests.entry(name.clone()).or_default() += n;
-        }
         DaemonStats {
-            requests,
+            requests: add_counts(&self.requests, &other.requests),
             voluntary_switches: self.voluntary_switches + other.voluntary_switches,
             involuntary_switches: self.involuntary_switches + other.involuntary_switches,
+            fsyncs: add_counts(&self.fsyncs, &other.fsyncs),
         }
     }
 
     /// What happened between `earlier` and this.
     pub fn since(&self, earlier: &DaemonStats) -> DaemonStats {
-        let requests = self
-            .requests
-            .iter()
-            .map(|(name, n)| (name.clone(), n - earlier.requests.get(name).unwrap_or(&0)))
-            .filter(|(_, n)| *n > 0)
-            .collect();
         DaemonStats {
-            requests,
+            requests: counts_since(&self.requests, &earlier.requests),
             voluntary_switches: self.voluntary_switches - earlier.voluntary_switches,
             involuntary_switches: self.involuntary_switches - earlier.involuntary_switches,
+            fsyncs: counts_since(&self.fsyncs, &earlier.fsyncs),
         }
     }
 
@@ -174,6 +172,11 @@ impl DaemonStats {
             .iter()
             .map(|(name, n)| format!("{name}={n}"))
             .collect();
+        words.extend(
+            self.fsyncs
+                .iter()
+                .map(|(name, n)| format!("{FSYNC_PREFIX}{name}={n}")),
+        );
         words.push(format!("{VOLUNTARY}={}", self.voluntary_switches));
         words.push(format!("{INVOLUNTARY}={}", self.involuntary_switches));
         words.join(" ")
@@ -191,13 +194,37 @@ impl DaemonStats {
             match name {
                 VOLUNTARY => stats.voluntary_switches = count,
                 INVOLUNTARY => stats.involuntary_switches = count,
-                _ => {
-                    stats.requests.insert(name.to_string(), count);
-                }
+                _ => match name.strip_prefix(FSYNC_PREFIX) {
+                    Some(how) => {
+                        stats.fsyncs.insert(how.to_string(), count);
+                    }
+                    None => {
+                        stats.requests.insert(name.to_string(), count);
+                    }
+                },
             }
         }
         Ok(stats)
     }
+}
+
+fn add_counts(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    let mut sum = a.clone();
+    for (name, n) in b {
+        *sum.entry(name.clone()).or_default() += n;
+    }
+    sum
+}
+
+/// Counts that grew since `earlier` (a count never shrinks).
+fn counts_since(
+    now: &BTreeMap<String, u64>,
+    earlier: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    now.iter()
+        .map(|(name, n)| (name.clone(), n - earlier.get(name).unwrap_or(&0)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 #[cfg(test)]
@@ -214,6 +241,11 @@ mod tests {
             requests: counts.snapshot(),
             voluntary_switches: 7,
             involuntary_switches: 2,
+            fsyncs: [
+                ("fast_commit".to_string(), 3),
+                ("full_rename".to_string(), 1),
+            ]
+            .into(),
         };
         assert_eq!(stats.requests["lookup"], 2);
         assert_eq!(stats.requests["create"], 1);

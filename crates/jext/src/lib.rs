@@ -21,8 +21,8 @@ pub use jext_device::{
 };
 pub use jext_fs::debug::{dump, DebugWhat};
 pub use jext_fs::{
-    fsck, mkfs, CommitMode, DataMode, DirEntry, ErrorBehavior, FallocateMode, File,
-    FileJournalMode, FileKind, Fs, FsError, FsResult, FsckReport, Ino, MkfsOptions, MkfsReport,
-    MountOptions, MountReport, RenameFlags, SetAttr, Stat, StatFs, Timestamp, XattrSetMode,
-    ROOT_INO,
+    fsck, mkfs, CommitMode, DataMode, DirEntry, ErrorBehavior, FallocateMode, FastCommitStats,
+    File, FileJournalMode, FileKind, Fs, FsError, FsResult, FsckReport, Ino, MkfsOptions,
+    MkfsReport, MountOptions, MountReport, RenameFlags, SetAttr, Stat, StatFs, Timestamp,
+    XattrSetMode, ROOT_INO,
 };

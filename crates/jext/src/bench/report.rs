@@ -813,7 +813,8 @@ fn daemon_json(daemon: &Option<DaemonStats>, ops: u64) -> Value {
         let per_op = |n: u64| n as f64 / ops.max(1) as f64;
         json!({"fuse_requests": d.requests, "fuse_requests_per_op": per_op(d.total_requests()),
                "voluntary_switches": d.voluntary_switches, "involuntary_switches": d.involuntary_switches,
-               "context_switches_per_op": per_op(d.context_switches())})
+               "context_switches_per_op": per_op(d.context_switches()),
+               "fsyncs": d.fsyncs})
     })
 }
 

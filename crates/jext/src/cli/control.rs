@@ -16,6 +16,7 @@
 
 use jext::Fs;
 use jext_fuse::requests::{DaemonStats, RequestCounts};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -73,16 +74,30 @@ fn answer(stream: UnixStream, fs: &Fs, requests: &RequestCounts) -> std::io::Res
         SYNC_REQUEST => done(fs.sync(), "sync"),
         REMOUNT_RO => done(fs.remount(true), "remount,ro"),
         REMOUNT_RW => done(fs.remount(false), "remount,rw"),
-        STATS_REQUEST => format!(
-            "{STATS_REPLY}{}",
-            DaemonStats::of_this_process(requests).encode()
-        ),
+        STATS_REQUEST => {
+            let mut stats = DaemonStats::of_this_process(requests);
+            stats.fsyncs = fsync_counts(&fs.fast_commit_stats());
+            format!("{STATS_REPLY}{}", stats.encode())
+        }
         other => format!(
             "unknown request {other:?} (this daemon understands {SYNC_REQUEST:?}, \
              {REMOUNT_RO:?}, {REMOUNT_RW:?} and {STATS_REQUEST:?})"
         ),
     };
     (&stream).write_all(format!("{reply}\n").as_bytes())
+}
+
+/// How the daemon's fsyncs were made durable, by the names [`DaemonStats::fsyncs`] uses.
+fn fsync_counts(fc: &jext::FastCommitStats) -> BTreeMap<String, u64> {
+    let mut counts: BTreeMap<String, u64> = fc
+        .fallbacks
+        .iter()
+        .map(|(reason, n)| (format!("full_{reason}"), *n))
+        .collect();
+    counts.insert("fast_commit".into(), fc.fast_commits);
+    counts.insert("obsolete".into(), fc.obsolete);
+    counts.retain(|_, n| *n > 0);
+    counts
 }
 
 /// `jext sync DIR`: makes everything written under the jext mount at DIR durable.
