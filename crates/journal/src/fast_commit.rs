@@ -131,6 +131,21 @@ fn write_in_turn(
         return no_room(st);
     }
     shared.point_superblock_at_log(tid)?;
+    let written = write_durably(shared, area.first + start, blocks)?;
+    st.tid = Some(tid);
+    st.next_block = start + written;
+    shared.note_fast_commit(written);
+    Ok(FastCommitOutcome::Written { blocks: written })
+}
+
+/// Writes `blocks` from journal block `first` and returns their count once they are
+/// durable: after a flush (the file's data, written before, must be durable before
+/// anything points at it) and with FUA on the last, as Linux's `REQ_PREFLUSH | REQ_FUA`.
+pub(crate) fn write_durably(
+    shared: &Shared,
+    first: u32,
+    blocks: Vec<Vec<u8>>,
+) -> Result<u32, JournalError> {
     let last = blocks.len() - 1;
     let requests = blocks
         .into_iter()
@@ -145,15 +160,10 @@ fn write_in_turn(
                     flags |= IoFlags::FUA;
                 }
             }
-            let journal_block = area.first + start + i as u32;
-            let offset = shared.area.byte_offset(journal_block);
+            let offset = shared.area.byte_offset(first + i as u32);
             WriteRequest::new(offset, Arc::<[u8]>::from(block), flags)
         })
         .collect();
     shared.io.submit(requests).wait()?;
-    let written = last as u32 + 1;
-    st.tid = Some(tid);
-    st.next_block = start + written;
-    shared.note_fast_commit(written);
-    Ok(FastCommitOutcome::Written { blocks: written })
+    Ok(last as u32 + 1)
 }

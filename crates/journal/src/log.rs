@@ -5,7 +5,7 @@
 //! Nothing here does IO except [`LogLayout::load`]; the commit path decides when to write.
 
 use crate::format::blocks::{needs_escape, CommitBlock, LogFormat, Tag};
-use crate::format::superblock::JournalSuperblock;
+use crate::format::superblock::{JournalSuperblock, INCOMPAT_JEXT_PERCORE};
 use crate::recovery::{read_superblock, write_superblock};
 use crate::tid::Tid;
 use crate::{JournalArea, JournalError};
@@ -35,6 +35,9 @@ pub(crate) struct LogLayout {
     superblock: JournalSuperblock,
     /// The bytes of journal block 0 beyond the superblock, kept as they are.
     block0: Vec<u8>,
+    /// Private incompat bits every superblock saying the log is not empty carries
+    /// (`ijournal=percore`); one saying it is empty carries none.
+    pub(crate) private_incompat: u32,
 }
 
 impl LogLayout {
@@ -70,6 +73,7 @@ impl LogLayout {
             format: LogFormat::from_superblock(&superblock),
             superblock,
             block0,
+            private_incompat: 0,
         })
     }
 
@@ -180,6 +184,13 @@ impl LogLayout {
         let mut sb = self.superblock.clone();
         sb.set_start(start);
         sb.set_sequence(sequence);
+        // The private bit only while the log is not empty: an empty log replays nothing,
+        // rings included, and Linux may then use the journal.
+        let incompat = sb.feature_incompat() | self.private_incompat;
+        sb.set_feature_incompat(match start {
+            0 => incompat & !INCOMPAT_JEXT_PERCORE,
+            _ => incompat,
+        });
         let mut block = self.block0.clone();
         let bytes = sb.encode();
         block[..bytes.len()].copy_from_slice(&bytes);
