@@ -45,7 +45,7 @@ pub use fast_commit::{FastCommitStats, Ineligible};
 pub use fsck::{fsck, FsckReport};
 pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::MountReport;
-pub use options::{AtimeUpdates, DataMode, ErrorBehavior, MountOptions};
+pub use options::{AtimeUpdates, DataMode, ErrorBehavior, IJournal, MountOptions};
 pub use types::{
     DirEntry, FallocateMode, FileKind, Ino, PrivilegeDrop, RenameFlags, SetAttr, Stat, StatFs,
     Timestamp, ROOT_INO,
