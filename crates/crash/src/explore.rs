@@ -8,6 +8,7 @@
 //! small set of writes that matter.
 
 use crate::kernel::KernelCheck;
+use crate::mode::{Mode, DEFAULT_MODES};
 use crate::oracle::{self, data_unit, NameCounts};
 use crate::record::{mount_options, record, Recording};
 use crate::repro::Reproducer;
@@ -15,7 +16,7 @@ use crate::states::{crash_points, selections, Sampling};
 use crate::workload::WorkloadId;
 use crate::{ace, fixed, generate};
 use jext_device::{DurableCursor, Kept, Selection, SimDevice, SimFault};
-use jext_fs::{fsck, DataMode, Fs};
+use jext_fs::{fsck, Fs};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 /// What to explore and how hard.
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub modes: Vec<DataMode>,
+    pub modes: Vec<Mode>,
     pub sampling: Sampling,
     /// Run `e2fsck -fn` on every n-th state of each worker (1: every state; 0: never).
     pub e2fsck_every: u64,
@@ -46,7 +47,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            modes: vec![DataMode::Ordered, DataMode::Journal, DataMode::Writeback],
+            modes: DEFAULT_MODES.to_vec(),
             sampling: Sampling::default(),
             e2fsck_every: 50,
             kernel_check_every: 0,
@@ -150,7 +151,7 @@ pub struct Failure {
 /// What a run found.
 #[derive(Debug, Default)]
 pub struct Summary {
-    pub per_mode: Vec<(DataMode, Counts)>,
+    pub per_mode: Vec<(Mode, Counts)>,
     pub failures: Vec<Failure>,
     /// Workloads that could not even be recorded (a setup failure is an explorer bug).
     pub errors: Vec<String>,
@@ -191,7 +192,7 @@ pub fn explore(
         ..Summary::default()
     });
     let modes = config.modes.len().max(1);
-    let task = |i: usize| -> Option<(WorkloadId, DataMode)> {
+    let task = |i: usize| -> Option<(WorkloadId, Mode)> {
         let id = if only.is_empty() {
             plan.workload(i / modes)?
         } else {
@@ -244,7 +245,7 @@ pub fn explore(
 
 fn explore_one(
     id: &WorkloadId,
-    mode: DataMode,
+    mode: Mode,
     config: &Config,
     checks: &mut Extra,
     out_of_time: &dyn Fn() -> bool,
@@ -254,7 +255,7 @@ fn explore_one(
         .map_err(|e| format!("recording failed: {e}"))?;
     let names = NameCounts::of(&rec.timeline);
     let mut rng = StdRng::seed_from_u64(config.seed ^ seed_of(&id.to_string(), mode));
-    let unit = data_unit(mode, config.sampling.torn_writes);
+    let unit = data_unit(mode.data, config.sampling.torn_writes);
     let mut cursor = rec.capture.cursor();
     let mut counts = Counts {
         workloads: 1,
@@ -304,7 +305,7 @@ fn explore_one(
     Ok(TaskResult { counts, failures })
 }
 
-fn seed_of(text: &str, mode: DataMode) -> u64 {
+fn seed_of(text: &str, mode: Mode) -> u64 {
     // FNV-1a: a stable seed per workload and mode, the same on every run and machine.
     format!("{text}/{mode}")
         .bytes()

@@ -7,13 +7,14 @@
 //! through the same [`read_node`] used on the recovered image); the model tests check
 //! that live behaviour, this module checks that it survives crashes.
 
+use crate::mode::Mode;
 use crate::snapshot::{read_node, Identity, Node};
 use crate::workload::{pattern, Falloc, Op, Workload};
 use jext_device::{CrashCapture, SimDevice, SimFault};
 use jext_fs::format::acl::{self, Acl, AclEntry};
 use jext_fs::{
-    mkfs, DataMode, FallocateMode, Fs, FsError, FsResult, Ino, MkfsOptions, MountOptions,
-    RenameFlags, SetAttr, XattrSetMode,
+    mkfs, FallocateMode, Fs, FsError, FsResult, Ino, MkfsOptions, MountOptions, RenameFlags,
+    SetAttr, XattrSetMode,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -75,7 +76,7 @@ impl Promise {
 /// A recorded run.
 pub struct Recording {
     pub workload: Workload,
-    pub mode: DataMode,
+    pub mode: Mode,
     pub capture: CrashCapture,
     pub timeline: Timeline,
     /// Fsyncs that wrote a fast commit instead of a full one.
@@ -102,9 +103,10 @@ pub struct Timeline {
 
 /// The mount options every recording and recovery uses: no timer commits, so the
 /// request log depends only on the workload.
-pub fn mount_options(mode: DataMode) -> MountOptions {
+pub fn mount_options(mode: Mode) -> MountOptions {
     MountOptions {
-        data_mode: mode,
+        data_mode: mode.data,
+        ijournal: mode.ijournal,
         commit_interval_ms: 3_600_000,
         ..MountOptions::default()
     }
@@ -113,7 +115,7 @@ pub fn mount_options(mode: DataMode) -> MountOptions {
 /// Runs `workload` in `mode` from a fresh image. A failing setup or a file system error
 /// while reading the expected states is an error; an op that fails (unlink of a missing
 /// file) changes nothing and promises nothing.
-pub fn record(workload: &Workload, mode: DataMode, fault: Option<SimFault>) -> FsResult<Recording> {
+pub fn record(workload: &Workload, mode: Mode, fault: Option<SimFault>) -> FsResult<Recording> {
     let dev = Arc::new(SimDevice::new(IMAGE_BYTES));
     mkfs(
         dev.clone(),

@@ -2,18 +2,18 @@
 //! and checks exactly that state.
 //!
 //! The form is `WORKLOAD/MODE/POINT/SELECTION`, for example `ace1-17/journal/42/0,2` or
-//! `ace3-9/ordered/120/1,3:0f`: the workload id, the data mode, the crash point (how many
-//! logged requests were issued) and which cached writes survived (see
-//! [`jext_device::Selection`]'s text form). `jext crash replay LINE` runs it.
+//! `ace3-9/ordered+percore/120/1,3:0f`: the workload id, the mode (`crate::mode`), the
+//! crash point (how many logged requests were issued) and which cached writes survived
+//! (see [`jext_device::Selection`]'s text form). `jext crash replay LINE` runs it.
 
 use crate::explore::{Checker, E2fsck};
 use crate::generate;
 use crate::kernel::KernelCheck;
+use crate::mode::Mode;
 use crate::oracle::{data_unit, NameCounts};
 use crate::record::record;
 use crate::workload::WorkloadId;
 use jext_device::Selection;
-use jext_fs::DataMode;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -21,7 +21,7 @@ use std::str::FromStr;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reproducer {
     pub workload: WorkloadId,
-    pub mode: DataMode,
+    pub mode: Mode,
     pub point: usize,
     pub selection: String,
 }
@@ -102,7 +102,7 @@ pub fn replay(
     let checker = Checker {
         rec: &rec,
         names: &names,
-        unit: data_unit(repro.mode, torn),
+        unit: data_unit(repro.mode.data, torn),
     };
     let mut e2fsck = E2fsck::new();
     let problems = checker.state(

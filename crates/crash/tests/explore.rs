@@ -175,7 +175,11 @@ fn append_extents_needs_an_external_extent_block() {
         ..MkfsOptions::default()
     };
     mkfs(dev.clone(), &opts).unwrap();
-    let fs = Fs::open(dev, jext_crash::record::mount_options(DataMode::Ordered)).unwrap();
+    let fs = Fs::open(
+        dev,
+        jext_crash::record::mount_options(DataMode::Ordered.into()),
+    )
+    .unwrap();
     for (i, op) in workload.ops.iter().enumerate() {
         jext_crash::record::apply(&fs, op, i).unwrap();
     }

@@ -2,9 +2,9 @@
 //! failure with the one line that replays it; `jext crash --replay LINE` replays one.
 
 use super::progress::Progress;
-use jext::DataMode;
 use jext_crash::{
-    explore, replay, Config, Counts, Plan, Reproducer, Sampling, Summary, WorkloadId,
+    explore, replay, Config, Counts, Mode, Plan, Reproducer, Sampling, Summary, WorkloadId,
+    DEFAULT_MODES,
 };
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -74,12 +74,12 @@ pub fn run(args: Args) -> i32 {
 }
 
 fn config(args: &Args) -> Result<Config, String> {
-    let modes: Vec<DataMode> = if args.modes.is_empty() {
-        vec![DataMode::Ordered, DataMode::Journal, DataMode::Writeback]
+    let modes: Vec<Mode> = if args.modes.is_empty() {
+        DEFAULT_MODES.to_vec()
     } else {
         args.modes
             .iter()
-            .map(|m| m.parse::<DataMode>().map_err(|e| e.to_string()))
+            .map(|m| m.parse::<Mode>())
             .collect::<Result<_, _>>()?
     };
     let deadline = match &args.budget {
@@ -134,11 +134,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn print_summary(summary: &Summary, config: &Config) {
     let secs = summary.elapsed.as_secs_f64().max(1e-3);
     println!(
-        "mode       workloads  fast commits  crash points     states   e2fsck   kernel   failures"
+        "mode             workloads  fast commits  crash points     states   e2fsck   kernel   failures"
     );
     let row = |name: &str, c: &Counts| {
         println!(
-            "{name:<10} {:>9} {:>13} {:>13} {:>10} {:>8} {:>8} {:>10}",
+            "{name:<16} {:>9} {:>13} {:>13} {:>10} {:>8} {:>8} {:>10}",
             c.workloads,
             c.fast_commits,
             c.crash_points,

@@ -151,6 +151,7 @@ enum Command {
     /// Examples: jext crash                     (the CI-sized exploration, all modes)
     ///           jext crash --budget 1h         (the long run: more workloads until time is up)
     ///           jext crash --workload odd-fsync-1000 --mode journal
+    ///           jext crash --mode ordered+percore
     ///           jext crash --replay 'ace1-17/journal/42/0,2'
     Crash {
         /// Run until this much time has passed (e.g. 10m, 1h), with the long workload plan.
@@ -159,7 +160,8 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         jobs: Option<usize>,
-        /// Only this data mode (repeatable): ordered, journal, writeback.
+        /// Only this mode (repeatable): ordered, journal, writeback, each optionally with
+        /// +percore (fsyncs write i-transactions to per-core rings: ijournal=percore).
         #[arg(long = "mode")]
         modes: Vec<String>,
         /// Only this workload (repeatable), e.g. ace1-17, ace3-5, create-delete-10.
