@@ -22,6 +22,6 @@ pub use jext_device::{
 pub use jext_fs::debug::{dump, DebugWhat};
 pub use jext_fs::{
     fsck, mkfs, DataMode, DirEntry, ErrorBehavior, FallocateMode, File, FileKind, Fs, FsError,
-    FsResult, FsckReport, Ino, MkfsOptions, MkfsReport, MountOptions, MountReport, RenameFlags,
-    SetAttr, Stat, StatFs, Timestamp, XattrSetMode, ROOT_INO,
+    FsResult, FsckReport, IJournal, Ino, MkfsOptions, MkfsReport, MountOptions, MountReport,
+    RenameFlags, SetAttr, Stat, StatFs, Timestamp, XattrSetMode, ROOT_INO,
 };

@@ -11,7 +11,7 @@
 //! it did not make itself.
 
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
-use jext::{mkfs, DataMode, Fs, MkfsOptions, MountOptions};
+use jext::{mkfs, DataMode, Fs, IJournal, MkfsOptions, MountOptions};
 use jext_device::{LatencyModel, Preset, SimDevice};
 use jext_fuse::requests::DaemonStats;
 use jext_io::EngineKind;
@@ -44,6 +44,9 @@ pub enum System {
         backing: Backing,
         fast_commit: bool,
     },
+    /// jext through the library in data=ordered with `ijournal=percore`: fsyncs write
+    /// i-transactions to per-core rings (iJournaling's per-core areas, Fig. 9).
+    JextPercore { backing: Backing },
     /// Linux ext4 with these mount options, made by mkfs.ext4 with these extra features.
     Ext4 {
         options: &'static str,
@@ -94,14 +97,14 @@ impl System {
                 backing,
                 fast_commit,
             } => {
-                let on = if *backing == Backing::File {
-                    "file"
-                } else {
-                    "loop"
-                };
+                let on = backing_name(*backing);
                 let classic = if *fast_commit { "" } else { " -O ^fast_commit" };
                 format!("jext {}{classic} ({on})", mode_name(*mode))
             }
+            System::JextPercore { backing } => format!(
+                "jext data=ordered ijournal=percore ({})",
+                backing_name(*backing)
+            ),
             System::Ext4 {
                 options,
                 features: "",
@@ -131,6 +134,9 @@ impl System {
                 | System::Jext {
                     backing: Backing::File,
                     ..
+                }
+                | System::JextPercore {
+                    backing: Backing::File
                 }
                 | System::Block(BlockTarget::Sim(_) | BlockTarget::File(_))
         )
@@ -171,7 +177,16 @@ impl System {
                 dev,
             ) => {
                 let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
-                Target::Jext(open_jext(&path, *mode, *fast_commit)?)
+                Target::Jext(open_jext(&path, *mode, *fast_commit, IJournal::Single)?)
+            }
+            (System::JextPercore { .. }, dev) => {
+                let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
+                Target::Jext(open_jext(
+                    &path,
+                    DataMode::Ordered,
+                    true,
+                    IJournal::PerCore,
+                )?)
             }
             (System::Ext4 { options, features }, Some(dev)) => {
                 mkfs_ext4(dev, features)?;
@@ -232,11 +247,24 @@ pub fn mode_name(mode: DataMode) -> &'static str {
     }
 }
 
-fn open_jext(path: &std::path::Path, mode: DataMode, fast_commit: bool) -> io::Result<Fs> {
+fn backing_name(backing: Backing) -> &'static str {
+    match backing {
+        Backing::File => "file",
+        Backing::Loop => "loop",
+    }
+}
+
+fn open_jext(
+    path: &std::path::Path,
+    mode: DataMode,
+    fast_commit: bool,
+    ijournal: IJournal,
+) -> io::Result<Fs> {
     let device = jext::open_device(path, false).map_err(io::Error::other)?;
     mkfs_jext(Arc::clone(&device), fast_commit)?;
     let options = MountOptions {
         data_mode: mode,
+        ijournal,
         ..MountOptions::default()
     };
     Fs::open(device, options).map_err(io::Error::other)

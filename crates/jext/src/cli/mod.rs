@@ -207,9 +207,10 @@ enum Command {
         /// Directory for scratch images; its disk is the disk under test.
         #[arg(long, default_value = "/var/tmp")]
         dir: PathBuf,
-        /// Only systems whose name contains this text (e.g. "jext", "ext4"); for scale,
-        /// only the rows whose name contains it (fsck-empty, linux-trees, dir-library,
-        /// dir-mount).
+        /// Only systems whose name contains this text or one of its |-separated
+        /// alternatives (e.g. "jext", "ext4", "ordered (loop)|percore|fast_commit"); for
+        /// scale, only the rows whose name contains it (fsck-empty, linux-trees,
+        /// dir-library, dir-mount).
         #[arg(long)]
         only: Option<String>,
         /// Also write report.md and results.json into this directory.
