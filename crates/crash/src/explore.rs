@@ -8,14 +8,15 @@
 //! small set of writes that matter.
 
 use crate::kernel::KernelCheck;
+use crate::mode::Mode;
 use crate::oracle::{self, data_unit, NameCounts};
-use crate::record::{mount_options, record, Mode, Recording};
+use crate::record::{mount_options, record, Recording};
 use crate::repro::Reproducer;
 use crate::states::{crash_points, selections, Sampling};
 use crate::workload::WorkloadId;
 use crate::{ace, fixed, generate};
 use jext_device::{DurableCursor, Kept, Selection, SimDevice, SimFault};
-use jext_fs::{fsck, DataMode, Fs};
+use jext_fs::{fsck, DataMode, Fs, IJournal};
 use jext_journal::CommitMode;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -62,14 +63,23 @@ impl Default for Config {
 
 /// The three data modes with single-I/O commits (the default), then with classic ones.
 pub fn default_modes() -> Vec<Mode> {
-    [CommitMode::SingleIo, CommitMode::Classic]
+    let mut modes: Vec<Mode> = [CommitMode::SingleIo, CommitMode::Classic]
         .into_iter()
         .flat_map(|commit| {
             [DataMode::Ordered, DataMode::Journal, DataMode::Writeback]
                 .into_iter()
-                .map(move |data| Mode { data, commit })
+                .map(move |data| Mode {
+                    commit,
+                    ..Mode::from(data)
+                })
         })
-        .collect()
+        .collect();
+    // The paper's per-core rings, in the mode whose fsyncs use them most.
+    modes.push(Mode {
+        ijournal: IJournal::PerCore,
+        ..Mode::from(DataMode::Ordered)
+    });
+    modes
 }
 
 /// Which workloads, in order.

@@ -7,7 +7,7 @@ use crate::record::Recording;
 use crate::snapshot::{Meta, Node};
 use jext_device::SimDevice;
 use jext_fs::Timestamp;
-use jext_journal::format::superblock::INCOMPAT_JEXT_SINGLE_IO;
+use jext_journal::format::superblock::{INCOMPAT_JEXT_PERCORE, INCOMPAT_JEXT_SINGLE_IO};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -42,8 +42,9 @@ impl KernelCheck {
 
     /// Mounts `crash` (the image before any recovery) with Linux and compares each path
     /// with `jext_view` (what jext's recovery shows, in the recording's path order). A
-    /// log holding single-I/O commits (the journal's private JEXT_SINGLE_IO bit) must be
-    /// refused by Linux instead: it cannot tell a torn transaction from a whole one.
+    /// log holding single-I/O commits (the journal's private JEXT_SINGLE_IO bit) or
+    /// per-core i-transactions (JEXT_PERCORE) must be refused by Linux instead: it cannot
+    /// tell a torn transaction from a whole one, nor read the rings.
     pub fn compare(&self, crash: &SimDevice, rec: &Recording, jext_view: &[Node]) -> Vec<String> {
         if let Err(e) = crash.write_current_image(&self.image) {
             return vec![format!(
@@ -55,7 +56,11 @@ impl KernelCheck {
         let journal =
             image.and_then(|d| jext_fs::debug::journal_superblock(d).map_err(|e| e.to_string()));
         let private = match journal {
-            Ok(jsb) => !jsb.is_clean() && jsb.has_incompat(INCOMPAT_JEXT_SINGLE_IO),
+            Ok(jsb) => {
+                !jsb.is_clean()
+                    && (jsb.has_incompat(INCOMPAT_JEXT_SINGLE_IO)
+                        || jsb.has_incompat(INCOMPAT_JEXT_PERCORE))
+            }
             Err(e) => return vec![format!("kernel check: cannot read the journal: {e}")],
         };
         let problems = match (private, self.mount_image()) {

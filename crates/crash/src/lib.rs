@@ -10,7 +10,8 @@
 //!
 //! Layout: [`workload`] (operations and ids), [`ace`] and [`fixed`] (the workloads),
 //! [`snapshot`] (what a path holds), [`record`], [`states`], [`oracle`], [`explore`]
-//! (the driver), [`repro`] (reproducers and replay).
+//! (the driver), [`repro`] (reproducers and replay), [`mode`] (data mode and
+//! `ijournal=`).
 //!
 //! What it promises: a failure it reports is a real state the device model allows and
 //! the oracle refuses; it never changes an image it was not given.
@@ -19,6 +20,7 @@ pub mod ace;
 pub mod explore;
 pub mod fixed;
 pub mod kernel;
+pub mod mode;
 pub mod oracle;
 pub mod record;
 pub mod repro;
@@ -27,7 +29,7 @@ pub mod states;
 pub mod workload;
 
 pub use explore::{default_modes, explore, Config, Counts, Failure, Plan, Summary};
-pub use record::Mode;
+pub use mode::Mode;
 pub use repro::{replay, Replay, Reproducer};
 pub use states::Sampling;
 pub use workload::{Workload, WorkloadId};

@@ -7,18 +7,16 @@
 //! through the same [`read_node`] used on the recovered image); the model tests check
 //! that live behaviour, this module checks that it survives crashes.
 
+use crate::mode::Mode;
 use crate::snapshot::{read_node, Identity, Node};
 use crate::workload::{pattern, Falloc, Op, Workload};
 use jext_device::{CrashCapture, SimDevice, SimFault};
 use jext_fs::format::acl::{self, Acl, AclEntry};
 use jext_fs::{
-    mkfs, DataMode, FallocateMode, FileJournalMode, Fs, FsError, FsResult, Ino, MkfsOptions,
-    MountOptions, RenameFlags, SetAttr, XattrSetMode,
+    mkfs, FallocateMode, FileJournalMode, Fs, FsError, FsResult, Ino, MkfsOptions, MountOptions,
+    RenameFlags, SetAttr, XattrSetMode,
 };
-use jext_journal::CommitMode;
 use std::collections::{HashMap, HashSet};
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 /// The simulated disk: small, so that each recovery and check is cheap.
@@ -75,53 +73,6 @@ impl Promise {
     }
 }
 
-/// What a recording mounts with: a data mode and a journal commit mode. Written as the
-/// data mode (`ordered`), with `+classic` for classic commits (`ordered+classic`);
-/// single-I/O commits are the default and have no suffix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mode {
-    pub data: DataMode,
-    pub commit: CommitMode,
-}
-
-impl From<DataMode> for Mode {
-    fn from(data: DataMode) -> Mode {
-        Mode {
-            data,
-            commit: CommitMode::default(),
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.data)?;
-        if self.commit != CommitMode::default() {
-            write!(f, "+{}", self.commit.name())?;
-        }
-        Ok(())
-    }
-}
-
-impl FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
-        let (data, commit) = s
-            .split_once('+')
-            .unwrap_or((s, CommitMode::default().name()));
-        let commit = [CommitMode::SingleIo, CommitMode::Classic]
-            .into_iter()
-            .find(|c| c.name() == commit)
-            .ok_or_else(|| {
-                format!("mode {s:?}: the commit mode after '+' is single_io or classic")
-            })?;
-        Ok(Mode {
-            data: data.parse().map_err(|e: FsError| e.to_string())?,
-            commit,
-        })
-    }
-}
-
 /// A recorded run.
 pub struct Recording {
     pub workload: Workload,
@@ -156,6 +107,7 @@ pub fn mount_options(mode: Mode) -> MountOptions {
     MountOptions {
         data_mode: mode.data,
         journal_commit: mode.commit,
+        ijournal: mode.ijournal,
         commit_interval_ms: 3_600_000,
         ..MountOptions::default()
     }

@@ -2,16 +2,18 @@
 //! and checks exactly that state.
 //!
 //! The form is `WORKLOAD/MODE/POINT/SELECTION`, for example `ace1-17/journal/42/0,2` or
-//! `ace3-9/ordered/120/1,3:0f`: the workload id, the mode (data mode, `+classic` for
-//! classic journal commits: [`crate::record::Mode`]), the crash point (how many
-//! logged requests were issued) and which cached writes survived (see
-//! [`jext_device::Selection`]'s text form). `jext crash replay LINE` runs it.
+//! `ace3-9/ordered+classic/120/1,3:0f`: the workload id, the mode ([`crate::Mode`]: the
+//! data mode, `+classic` for classic journal commits, `+percore` for per-core
+//! i-transactions), the crash point (how many logged requests were issued) and which
+//! cached writes survived (see [`jext_device::Selection`]'s text form).
+//! `jext crash replay LINE` runs it.
 
 use crate::explore::{Checker, E2fsck};
 use crate::generate;
 use crate::kernel::KernelCheck;
+use crate::mode::Mode;
 use crate::oracle::{data_unit, NameCounts};
-use crate::record::{record, Mode};
+use crate::record::record;
 use crate::workload::WorkloadId;
 use jext_device::Selection;
 use std::fmt;
@@ -146,6 +148,8 @@ mod tests {
         assert!("ace1-1/ordered+later/3/none"
             .parse::<Reproducer>()
             .unwrap_err()
-            .contains("single_io or classic"));
+            .contains("+classic or +percore"));
+        let percore: Reproducer = "ace1-4/ordered+percore/7/none".parse().unwrap();
+        assert_eq!(percore.mode.ijournal, jext_fs::IJournal::PerCore);
     }
 }

@@ -13,6 +13,7 @@ use crate::types::FileKind;
 use crate::{dir, Fs, MountOptions};
 use jext_device::{BlockDevice, OverlayDevice};
 use jext_io::IoQueue;
+use jext_journal::format::superblock::{incompat_names, INCOMPAT_JEXT_PERCORE};
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -278,8 +279,9 @@ fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
     );
     let _ = writeln!(
         out,
-        "  features incompat {:#x}, start {}, sequence {}, fast-commit blocks {}",
+        "  features incompat {:#x} ({}), start {}, sequence {}, fast-commit blocks {}",
         jsb.feature_incompat(),
+        incompat_names(jsb.feature_incompat()),
         jsb.start(),
         jsb.sequence(),
         jsb.fast_commit_blocks()
@@ -311,6 +313,10 @@ fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
              makes one unless --no-fast-commit; mkfs.ext4 needs -O fast_commit)"
         );
     }
+    if jsb.has_incompat(INCOMPAT_JEXT_PERCORE) {
+        rings(&scan, &mut out);
+        return Ok(out);
+    }
     let fc = &scan.fast_commits;
     let _ = writeln!(
         out,
@@ -318,12 +324,61 @@ fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
         fc.fast_commits,
         fc.blocks_used,
         fc.records.len(),
-        fc.stopped_by
-            .as_ref()
-            .map_or(String::new(), |why| format!(", then {why}"))
+        then_why(fc)
     );
     for record in &fc.records {
         let _ = writeln!(out, "  {record:?}");
     }
     Ok(out)
+}
+
+/// The live i-transactions of `ijournal=percore`, ring by ring, and what replays.
+fn rings(scan: &jext_journal::ScanReport, out: &mut String) {
+    let fc = &scan.fast_commits;
+    let _ = writeln!(
+        out,
+        "per-core i-transactions of tid {} (jext-private; Linux refuses this journal): {} \
+         valid, {} replay in sub-tid order ({} blocks, {} records){}",
+        scan.end_tid,
+        scan.rings.len(),
+        fc.fast_commits,
+        fc.blocks_used,
+        fc.records.len(),
+        then_why(fc)
+    );
+    let mut entries: Vec<_> = scan.rings.iter().collect();
+    entries.sort_by_key(|e| {
+        (
+            e.itransaction.nr_rings,
+            e.itransaction.ring,
+            e.journal_block,
+        )
+    });
+    let mut ring = None;
+    for e in entries {
+        let it = &e.itransaction;
+        if ring != Some((it.nr_rings, it.ring)) {
+            ring = Some((it.nr_rings, it.ring));
+            let _ = writeln!(out, "ring {} of {}:", it.ring, it.nr_rings);
+        }
+        let _ = writeln!(
+            out,
+            "  sub-tid {} (first of the tid {}) at journal block {}, {} block(s), {} records",
+            it.sub_tid,
+            it.first_sub_tid,
+            e.journal_block,
+            e.blocks,
+            it.records.len()
+        );
+        for record in &it.records {
+            let _ = writeln!(out, "    {record:?}");
+        }
+    }
+}
+
+/// ", then WHY" when the scan stopped for a reason worth saying.
+fn then_why(fc: &jext_journal::format::fast_commit::FastCommitScan) -> String {
+    fc.stopped_by
+        .as_ref()
+        .map_or(String::new(), |why| format!(", then {why}"))
 }

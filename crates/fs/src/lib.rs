@@ -48,7 +48,7 @@ pub use jext_journal::CommitMode;
 pub use journal_mode::FileJournalMode;
 pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::MountReport;
-pub use options::{AtimeUpdates, DataMode, ErrorBehavior, MountOptions};
+pub use options::{AtimeUpdates, DataMode, ErrorBehavior, IJournal, MountOptions};
 pub use types::{
     DirEntry, FallocateMode, FileKind, Ino, PrivilegeDrop, RenameFlags, SetAttr, Stat, StatFs,
     Timestamp, ROOT_INO,

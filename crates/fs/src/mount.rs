@@ -18,7 +18,7 @@ use crate::format::superblock::{
 use crate::format::Location;
 use crate::geometry::Geometry;
 use crate::meta::MetaRead;
-use crate::options::MountOptions;
+use crate::options::{IJournal, MountOptions};
 use crate::state::{FsInner, FsState};
 use jext_cache::{BufferCache, PageCache};
 use jext_io::{IoFlags, IoQueue};
@@ -237,6 +237,14 @@ pub(crate) fn mount(
         read_only: starts_read_only,
         commit_mode: options.journal_commit,
         fast_commits_pending,
+        fast_commit_rings: match options.ijournal {
+            IJournal::Single => 0,
+            // iJournaling's per-core areas; threads migrate, so rings are picked by the
+            // CPU an fsync runs on and then by which is free (TECHNIQUES.md §1.4 item 7).
+            IJournal::PerCore => std::thread::available_parallelism()
+                .map_or(1, |n| n.get() as u32)
+                .clamp(1, 8),
+        },
         ..JournalConfig::default()
     };
     let journal = Arc::new(Journal::load(io.clone(), area, journal_config)?);

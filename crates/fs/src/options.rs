@@ -45,6 +45,20 @@ impl fmt::Display for DataMode {
     }
 }
 
+/// Where an fsync's i-transaction goes (`ijournal=`): iJournaling's file-level commits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IJournal {
+    /// `ijournal=single`: ext4 fast commits in the journal's one fast-commit area, which
+    /// Linux replays.
+    #[default]
+    Single,
+    /// `ijournal=percore`: the paper's per-core areas — the fast-commit region split into
+    /// up to 8 rings of jext-private i-transactions with sub-transaction ids, so that
+    /// concurrent fsyncs share no lock or log head. Linux refuses the journal while the
+    /// log is not empty (a private incompat bit).
+    PerCore,
+}
+
 /// When a read moves a file's access time (the mount's `noatime`, `relatime`, `strictatime`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AtimeUpdates {
@@ -89,6 +103,8 @@ pub struct MountOptions {
     /// `journal_commit=single_io` (the default) or `classic`: a commit is one write and
     /// one flush, or the logged blocks, a flush and an FUA commit block (JBD2's way).
     pub journal_commit: CommitMode,
+    /// `ijournal=single` (default) / `ijournal=percore`.
+    pub ijournal: IJournal,
 }
 
 impl Default for MountOptions {
@@ -104,6 +120,7 @@ impl Default for MountOptions {
             atime: AtimeUpdates::Relative,
             no_dir_atime: false,
             journal_commit: CommitMode::default(),
+            ijournal: IJournal::Single,
         }
     }
 }
@@ -201,6 +218,17 @@ impl MountOptions {
             "nodiratime" | "diratime" => {
                 no_value()?;
                 self.no_dir_atime = name == "nodiratime";
+            }
+            "ijournal" => {
+                self.ijournal = match need_value()? {
+                    "single" => IJournal::Single,
+                    "percore" => IJournal::PerCore,
+                    other => {
+                        return Err(FsError::Invalid(format!(
+                            "ijournal={other}: expected ijournal=single or ijournal=percore"
+                        )))
+                    }
+                }
             }
             "cache_size" => self.cache_size_bytes = parse_size(name, need_value()?)?,
             "journal_commit" => {
@@ -325,9 +353,11 @@ mod tests {
     #[test]
     fn parses_ext4_options() {
         let o = MountOptions::parse(
-            "data=journal,commit=30,ro,errors=continue,nobarrier,cache_size=64M",
+            "data=journal,commit=30,ro,errors=continue,nobarrier,cache_size=64M,ijournal=percore",
         )
         .unwrap();
+        assert_eq!(o.ijournal, IJournal::PerCore);
+        assert_eq!(MountOptions::default().ijournal, IJournal::Single);
         assert_eq!(o.data_mode, DataMode::Journal);
         assert_eq!(o.commit_interval_ms, 30_000);
         assert!(o.read_only && !o.barrier);
@@ -350,6 +380,7 @@ mod tests {
             ("data", "data needs a value"),
             ("cache_size=lots", "cache_size=lots"),
             ("journal_commit=fast", "journal_commit=fast"),
+            ("ijournal=shared", "ijournal=shared"),
         ] {
             let err = MountOptions::parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");

@@ -22,7 +22,7 @@ pub use jext_device::{
 pub use jext_fs::debug::{dump, DebugWhat};
 pub use jext_fs::{
     fsck, mkfs, CommitMode, DataMode, DirEntry, ErrorBehavior, FallocateMode, FastCommitStats,
-    File, FileJournalMode, FileKind, Fs, FsError, FsResult, FsckReport, Ino, MkfsOptions,
+    File, FileJournalMode, FileKind, Fs, FsError, FsResult, FsckReport, IJournal, Ino, MkfsOptions,
     MkfsReport, MountOptions, MountReport, RenameFlags, SetAttr, Stat, StatFs, Timestamp,
     XattrSetMode, ROOT_INO,
 };

@@ -135,7 +135,7 @@ fn jext_recover_hands_a_single_io_log_to_linux() {
     let incompat = journal
         .split("features incompat ")
         .nth(1)
-        .and_then(|rest| rest.split(',').next())
+        .and_then(|rest| rest.split([',', ' ']).next())
         .and_then(|hex| u32::from_str_radix(hex.trim_start_matches("0x"), 16).ok())
         .expect("jext debug journal names the incompat features");
     assert_ne!(

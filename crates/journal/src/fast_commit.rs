@@ -11,7 +11,7 @@
 //!    tid is durable, so what the area held is obsolete;
 //! 4. writes the blocks after a flush (the file's data, written before, must be durable
 //!    before anything points at it) and makes them durable (FUA), as Linux's
-//!    `REQ_PREFLUSH | REQ_FUA` on the tail block.
+//!    `REQ_PREFLUSH | REQ_FUA` on the tail block (see [`write_durably`]).
 //!
 //! Fast commits are written in ticket order (the order the file system planned them in,
 //! under its lock): replay applies records in log order, so a newer inode image must
@@ -131,29 +131,41 @@ fn write_in_turn(
         return no_room(st);
     }
     shared.point_superblock_at_log(tid)?;
-    let last = blocks.len() - 1;
-    let requests = blocks
-        .into_iter()
-        .enumerate()
-        .map(|(i, block)| {
-            let mut flags = IoFlags::empty();
-            if shared.config.barrier {
-                if i == 0 {
-                    flags |= IoFlags::PREFLUSH;
-                }
-                if i == last {
-                    flags |= IoFlags::FUA;
-                }
-            }
-            let journal_block = area.first + start + i as u32;
-            let offset = shared.area.byte_offset(journal_block);
-            WriteRequest::new(offset, Arc::<[u8]>::from(block), flags)
-        })
-        .collect();
-    shared.io.submit(requests).wait()?;
-    let written = last as u32 + 1;
+    let written = write_durably(shared, area.first + start, blocks)?;
     st.tid = Some(tid);
     st.next_block = start + written;
     shared.note_fast_commit(written);
     Ok(FastCommitOutcome::Written { blocks: written })
+}
+
+/// Writes `blocks` from journal block `first` and returns their count once they are
+/// durable. First a flush: the file's data, written (and waited for) before, must be
+/// durable before anything points at it; it is a flush of its own rather than a PREFLUSH
+/// on the first block, because a PREFLUSH write holds back every write issued after it
+/// until its flush is done, which would make concurrent fsyncs (other files' data
+/// writes, other rings) queue behind this one; concurrent flushes are shared. Then every
+/// block with FUA (they merge into one FUA write): a FUA only on the last would leave
+/// the others in the device's cache when the fsync returns.
+pub(crate) fn write_durably(
+    shared: &Shared,
+    first: u32,
+    blocks: Vec<Vec<u8>>,
+) -> Result<u32, JournalError> {
+    let count = blocks.len() as u32;
+    let flags = if shared.config.barrier {
+        shared.io.flush()?;
+        IoFlags::FUA
+    } else {
+        IoFlags::empty()
+    };
+    let requests = blocks
+        .into_iter()
+        .enumerate()
+        .map(|(i, block)| {
+            let offset = shared.area.byte_offset(first + i as u32);
+            WriteRequest::new(offset, Arc::<[u8]>::from(block), flags)
+        })
+        .collect();
+    shared.io.submit(requests).wait()?;
+    Ok(count)
 }

@@ -44,6 +44,7 @@
 
 use crate::fast_commit::FastCommitOutcome;
 use crate::format::fast_commit::FcRecord;
+use crate::format::superblock::INCOMPAT_JEXT_PERCORE;
 use crate::jbuf::JBuf;
 use crate::log::{CommitMode, LogFeatures, LogLayout};
 use crate::tid::{tid_geq, tid_gt, Tid};
@@ -77,6 +78,10 @@ pub struct JournalConfig {
     /// ([`crate::RecoveryReport::fast_commits`]): the superblock points at an empty log
     /// whose next transaction makes them obsolete, and the journal continues that log.
     pub fast_commits_pending: bool,
+    /// 0: fsyncs write ext4 fast commits to the one fast-commit area (Linux replays
+    /// them). Otherwise (`ijournal=percore`) the area is split into this many rings of
+    /// jext-private i-transactions (`crate::percore`), at most 8.
+    pub fast_commit_rings: u32,
 }
 
 impl Default for JournalConfig {
@@ -89,6 +94,7 @@ impl Default for JournalConfig {
             commit_mode: CommitMode::default(),
             read_only: false,
             fast_commits_pending: false,
+            fast_commit_rings: 0,
         }
     }
 }
@@ -163,6 +169,8 @@ pub(crate) struct Shared {
     pub(crate) checkpoint_io: Mutex<()>,
     /// The fast-commit area after the log, and the order fast commits go in.
     pub(crate) fast_commits: crate::fast_commit::FastCommitArea,
+    /// The same area as per-core rings, in `ijournal=percore`.
+    pub(crate) rings: Option<crate::percore::Rings>,
     /// A copy of `State::committed` readable without the lock.
     committed_tid: AtomicU32,
     /// A copy of `State::dispatched` readable without the lock.
@@ -283,7 +291,7 @@ impl Journal {
         area: JournalArea,
         config: JournalConfig,
     ) -> Result<Journal, JournalError> {
-        let layout = LogLayout::load(
+        let mut layout = LogLayout::load(
             &io,
             &area,
             config.features,
@@ -327,6 +335,17 @@ impl Journal {
             Some((first, len)) => crate::fast_commit::FastCommitArea::new(first, len),
             None => crate::fast_commit::FastCommitArea::new(0, 0),
         };
+        let rings = match layout.fast_commit_area() {
+            Some((first, len)) if config.fast_commit_rings > 0 => {
+                layout.private_incompat = INCOMPAT_JEXT_PERCORE;
+                Some(crate::percore::Rings::new(
+                    first,
+                    len,
+                    config.fast_commit_rings,
+                ))
+            }
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             io,
             area,
@@ -341,9 +360,23 @@ impl Journal {
             checkpoint_wake: Condvar::new(),
             checkpoint_io: Mutex::new(()),
             fast_commits,
+            rings,
             committed_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
             dispatched_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
         });
+        if let (Some(_), Some(start), false) = (
+            &shared.rings,
+            shared.layout.start(),
+            shared.config.read_only,
+        ) {
+            // Recovery left a log pending (fast commits to apply): its superblock must
+            // carry the private bit before the first i-transaction, as every later one
+            // saying the log is not empty will.
+            let sb = shared
+                .layout
+                .superblock_block(start, shared.layout.sequence());
+            crate::checkpoint::write_superblock(&shared, sb)?;
+        }
         let journal = Journal {
             shared: shared.clone(),
             threads: Mutex::new(Threads::default()),
@@ -485,6 +518,37 @@ impl Journal {
             return Err(err);
         }
         crate::fast_commit::write(&self.shared, ticket, tid, records)
+    }
+
+    /// Rings of per-core i-transactions (`ijournal=percore`); 0 in the default mode,
+    /// where [`Journal::fast_commit`] writes ext4 fast commits.
+    pub fn fast_commit_rings(&self) -> u32 {
+        self.shared.rings.as_ref().map_or(0, |r| r.count())
+    }
+
+    /// `ijournal=percore`: writes i-transaction `sub_tid` of `tid` (from
+    /// [`Journal::fast_commit_tid`]) holding `records` to a free ring, in parallel with
+    /// other fsyncs; `first_sub_tid` is the first sub-tid handed out in `tid`. Sub-tids
+    /// are handed out 0, 1, 2, ... where the records were built, and every one must come
+    /// here once. Returns once it and every lower sub-tid are durable (or says why
+    /// nothing that counts was written).
+    pub fn percore_commit(
+        &self,
+        sub_tid: u64,
+        first_sub_tid: u64,
+        tid: Tid,
+        records: &[FcRecord],
+    ) -> Result<FastCommitOutcome, JournalError> {
+        let Some(rings) = &self.shared.rings else {
+            return Ok(FastCommitOutcome::NoRoom);
+        };
+        let plan = crate::percore::Planned {
+            sub_tid,
+            first_sub_tid,
+            tid,
+            records,
+        };
+        crate::percore::write(&self.shared, rings, plan)
     }
 
     /// The last transaction whose commit is durable.

@@ -4,6 +4,7 @@
 //! - [`journal`]: handles, transactions (running → committing → checkpoint) and the
 //!   waits; `commit`, `flush` and `checkpoint`: the three threads of dual-mode journaling.
 //! - `fast_commit`: the fast-commit area's writer (an fsync's records, after the log).
+//! - [`percore`]: the same region as per-core rings of jext-private i-transactions.
 //! - [`recovery`]: scan, revoke and replay at mount, and the fast commits it finds.
 //! - [`area`]: where a journal lives on the device.
 
@@ -17,6 +18,7 @@ pub mod format;
 pub mod jbuf;
 pub mod journal;
 mod log;
+pub mod percore;
 pub mod recovery;
 pub mod tid;
 

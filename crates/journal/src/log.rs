@@ -15,7 +15,7 @@
 //! ever held classic commits (every transaction had ordered data) stays Linux-readable.
 
 use crate::format::blocks::{needs_escape, CommitBlock, Csum, LogFormat, Tag};
-use crate::format::superblock::JournalSuperblock;
+use crate::format::superblock::{JournalSuperblock, INCOMPAT_JEXT_PERCORE};
 use crate::recovery::{read_superblock, write_superblock};
 use crate::tid::Tid;
 use crate::{JournalArea, JournalError};
@@ -72,6 +72,9 @@ pub(crate) struct LogLayout {
     /// A single-I/O commit was issued since the log was last empty: every superblock
     /// that says the log is live carries JEXT_SINGLE_IO until the log is emptied.
     single_io_bit: AtomicBool,
+    /// Private incompat bits every superblock saying the log is not empty carries
+    /// (`ijournal=percore`); one saying it is empty carries none.
+    pub(crate) private_incompat: u32,
 }
 
 impl LogLayout {
@@ -114,6 +117,7 @@ impl LogLayout {
             format,
             superblock,
             block0,
+            private_incompat: 0,
         })
     }
 
@@ -249,6 +253,13 @@ impl LogLayout {
             self.single_io_bit.store(false, Ordering::Release);
         }
         sb.set_single_io(start != 0 && self.single_io_bit());
+        // The per-core bit only while the log is not empty: an empty log replays nothing,
+        // rings included, and Linux may then use the journal.
+        let incompat = sb.feature_incompat() | self.private_incompat;
+        sb.set_feature_incompat(match start {
+            0 => incompat & !INCOMPAT_JEXT_PERCORE,
+            _ => incompat,
+        });
         let mut block = self.block0.clone();
         let bytes = sb.encode();
         block[..bytes.len()].copy_from_slice(&bytes);

@@ -13,6 +13,9 @@
 //!    one not in the log are read and returned for the file system to apply, which it
 //!    does as its first transaction; until that commits, the superblock points at an
 //!    empty log of that tid, so a crash meanwhile finds the same fast commits again.
+//!    With jext's private per-core bit the area holds rings of i-transactions instead
+//!    (`crate::percore::scan`): those of that tid, in sub-tid order up to the first
+//!    missing one, are returned the same way.
 //!
 //! A scan yields a list of committed transactions per log; the revoke and replay passes
 //! run over all logs' transactions merged in tid order. A log is described by
@@ -33,7 +36,7 @@ use crate::format::blocks::{unescape, BlockKind, CommitBlock, Csum, LogFormat, T
 use crate::format::crc32_be;
 use crate::format::fast_commit::{self, FastCommitScan};
 use crate::format::superblock::{
-    JournalSuperblock, INCOMPAT_ASYNC_COMMIT, INCOMPAT_JEXT_SINGLE_IO,
+    JournalSuperblock, INCOMPAT_ASYNC_COMMIT, INCOMPAT_JEXT_PERCORE, INCOMPAT_JEXT_SINGLE_IO,
 };
 use crate::tid::{tid_geq, Tid};
 use crate::{JournalArea, JournalError};
@@ -122,6 +125,9 @@ pub struct ScanReport {
     pub superblock: JournalSuperblock,
     /// The fast commits recovery would hand to the file system.
     pub fast_commits: FastCommitScan,
+    /// With the private per-core bit: every valid i-transaction of the tid after the log
+    /// (`fast_commits` then holds those that replay, in sub-tid order).
+    pub rings: Vec<crate::percore::RingEntry>,
     pub transactions: Vec<ScannedTransaction>,
     pub end_tid: Tid,
     pub head_block: u32,
@@ -150,7 +156,11 @@ pub struct RecoveryReport {
     pub fast_commits: FastCommitScan,
 }
 
-fn read_block(io: &IoQueue, area: &JournalArea, block: u32) -> Result<Vec<u8>, JournalError> {
+pub(crate) fn read_block(
+    io: &IoQueue,
+    area: &JournalArea,
+    block: u32,
+) -> Result<Vec<u8>, JournalError> {
     let mut buf = vec![0u8; area.block_size as usize];
     io.read(area.byte_offset(block), &mut buf)?;
     Ok(buf)
@@ -194,14 +204,11 @@ pub fn write_superblock(
 pub fn scan(io: &IoQueue, area: &JournalArea) -> Result<ScanReport, JournalError> {
     let superblock = read_superblock(io, area)?;
     let log = scan_superblock_log(io, area, &superblock)?;
-    let fast_commits = if superblock.is_clean() {
-        FastCommitScan::default()
-    } else {
-        scan_fast_commits(io, area, &superblock, log.end_tid)?
-    };
+    let (fast_commits, rings) = scan_after_log(io, area, &superblock, log.end_tid)?;
     Ok(ScanReport {
         superblock,
         fast_commits,
+        rings,
         transactions: log.transactions,
         end_tid: log.end_tid,
         head_block: log.head_block,
@@ -598,12 +605,7 @@ pub fn recover(io: &IoQueue, areas: &[JournalArea]) -> Result<RecoveryReport, Jo
 fn scan_area<'a>(io: &IoQueue, area: &'a JournalArea) -> Result<AreaScan<'a>, JournalError> {
     let superblock = read_superblock(io, area)?;
     let log = scan_superblock_log(io, area, &superblock)?;
-    // A clean journal replays nothing, fast commits included (as Linux).
-    let fast_commits = if superblock.is_clean() {
-        FastCommitScan::default()
-    } else {
-        scan_fast_commits(io, area, &superblock, log.end_tid)?
-    };
+    let (fast_commits, _) = scan_after_log(io, area, &superblock, log.end_tid)?;
     Ok(AreaScan {
         area,
         format: LogFormat::from_superblock(&superblock),
@@ -611,6 +613,28 @@ fn scan_area<'a>(io: &IoQueue, area: &'a JournalArea) -> Result<AreaScan<'a>, Jo
         log,
         fast_commits,
     })
+}
+
+/// What follows the log: the fast commits to replay, and with the private per-core bit
+/// the rings' i-transactions (replayed in their stead when there are any: one mount
+/// writes only one kind, and tids are never reused across mounts). A clean journal
+/// replays nothing, fast commits included (as Linux).
+fn scan_after_log(
+    io: &IoQueue,
+    area: &JournalArea,
+    sb: &JournalSuperblock,
+    end_tid: Tid,
+) -> Result<(FastCommitScan, Vec<crate::percore::RingEntry>), JournalError> {
+    if sb.is_clean() {
+        return Ok((FastCommitScan::default(), Vec::new()));
+    }
+    if sb.has_incompat(INCOMPAT_JEXT_PERCORE) {
+        let rings = crate::percore::scan(io, area, sb, end_tid)?;
+        if !rings.entries.is_empty() {
+            return Ok((rings.replay, rings.entries));
+        }
+    }
+    Ok((scan_fast_commits(io, area, sb, end_tid)?, Vec::new()))
 }
 
 /// The fast commits that follow the last full commit, as the kernel's replay scan reads
@@ -798,6 +822,8 @@ fn mark_fast_commits_pending(io: &IoQueue, scan: &AreaScan<'_>) -> Result<(), Jo
 fn mark_empty(io: &IoQueue, scan: &AreaScan<'_>) -> Result<(), JournalError> {
     let mut sb = scan.superblock.clone();
     sb.mark_empty(scan.log.end_tid.wrapping_add(1), scan.log.head_block);
+    // Nothing in the rings is live any more: Linux may use the journal again.
+    sb.set_feature_incompat(sb.feature_incompat() & !INCOMPAT_JEXT_PERCORE);
     write_superblock(io, scan.area, &sb, IoFlags::PREFLUSH | IoFlags::FUA)
 }
 

@@ -8,6 +8,11 @@
 //!   eligibility rules, and [`plan`], which turns one fsync into records;
 //! - `replay`: applies the fast commits recovery found, as the mount's first transaction.
 //!
+//! With `ijournal=percore` the same records go to the journal as one jext-private
+//! i-transaction in one of the per-core rings (jext_journal's `percore`), the plan's
+//! ticket being its sub-transaction id and the first ticket of its tid the point from
+//! which recovery replays that tid's i-transactions in order.
+//!
 //! Rules that keep replay right (TECHNIQUES.md §1.4):
 //! - a name, range or inode is "uncommitted" while the transaction that changed it is not
 //!   durable (compared with the journal's durable tid at each fsync, never cleared early);
@@ -29,6 +34,7 @@ pub(crate) mod replay;
 
 use crate::blockmap;
 use crate::error::FsResult;
+use crate::options::IJournal;
 use crate::state::{FsInner, FsState, InodeInfo};
 use jext_journal::format::fast_commit::{
     Dentry, FcRecord, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN, OLD_INODE_SIZE,
@@ -130,8 +136,12 @@ impl FcInode {
 pub(crate) struct FcState {
     /// The newest transaction holding a change no fast commit can say, and what it was.
     pub ineligible: Option<(Tid, Ineligible)>,
-    /// The ticket the next plan takes (the journal writes fast commits in ticket order).
+    /// The ticket the next plan takes (the journal writes fast commits in ticket order;
+    /// in `ijournal=percore` it is the i-transaction's sub-transaction id).
     pub next_ticket: u64,
+    /// The newest tid planned for and the first ticket planned in it (the first
+    /// sub-tid of that tid, from which recovery replays i-transactions in order).
+    pub tid_first_ticket: Option<(Tid, u64)>,
     /// Names removed by transactions that may not be durable and not yet carried by a
     /// fast commit, oldest first, with their transactions: the next fast commit starts
     /// with them.
@@ -181,6 +191,8 @@ pub struct FastCommitStats {
 /// One fsync's fast commit, ready for the journal.
 pub(crate) struct Plan {
     pub ticket: u64,
+    /// The first ticket planned in `tid`.
+    pub first_ticket_of_tid: u64,
     pub tid: Tid,
     pub records: Vec<FcRecord>,
 }
@@ -231,8 +243,16 @@ pub(crate) fn plan(
     }
     let ticket = st.fc.next_ticket;
     st.fc.next_ticket += 1;
+    let first_ticket_of_tid = match st.fc.tid_first_ticket {
+        Some((t, first)) if t == tid => first,
+        _ => {
+            st.fc.tid_first_ticket = Some((tid, ticket));
+            ticket
+        }
+    };
     Ok(Ok(Plan {
         ticket,
+        first_ticket_of_tid,
         tid,
         records,
     }))
@@ -248,10 +268,17 @@ pub(crate) fn write(fs: &FsInner, plan: Result<Plan, Ineligible>) -> FsResult<bo
             return Ok(false);
         }
     };
-    match fs
-        .journal
-        .fast_commit(plan.ticket, plan.tid, &plan.records)?
-    {
+    let journal = &fs.journal;
+    let outcome = match fs.options.ijournal {
+        IJournal::Single => journal.fast_commit(plan.ticket, plan.tid, &plan.records)?,
+        IJournal::PerCore => journal.percore_commit(
+            plan.ticket,
+            plan.first_ticket_of_tid,
+            plan.tid,
+            &plan.records,
+        )?,
+    };
+    match outcome {
         FastCommitOutcome::Written { blocks } => {
             let mut stats = fs.fc_stats.lock();
             stats.fast_commits += 1;

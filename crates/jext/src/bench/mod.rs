@@ -301,9 +301,11 @@ impl BenchOptions {
         }
     }
 
-    /// Keeps only the systems whose name contains `pattern`.
+    /// Keeps only the systems whose name contains `pattern`, or one of its
+    /// `|`-separated alternatives (`data=ordered (loop)|percore|fast_commit`).
     pub fn only(&mut self, pattern: &str) {
-        self.systems.retain(|s| s.name().contains(pattern));
+        self.systems
+            .retain(|s| pattern.split('|').any(|p| s.name().contains(p)));
     }
 }
 
@@ -328,6 +330,7 @@ pub fn headline_systems(root: bool) -> Vec<System> {
         .into_iter()
         .filter(|s| match s {
             System::Jext { mode, .. } => *mode != DataMode::Writeback,
+            System::JextPercore { .. } => false,
             System::Ext4 { options, .. } => matches!(*options, "data=ordered" | "data=journal"),
             System::JextFuse {
                 mode,
@@ -374,6 +377,10 @@ pub fn systems(root: bool) -> Vec<System> {
                 commit: CommitMode::Classic,
             }),
         );
+        // The paper's per-core i-transaction areas instead of the one fast-commit area.
+        all.push(System::JextPercore {
+            backing: Backing::Loop,
+        });
         for options in ["data=ordered", "data=journal", "data=writeback"] {
             all.push(System::Ext4 {
                 options,

@@ -208,7 +208,7 @@ fn captioned(variant: Variant, text: &str) -> String {
 /// A bar's colour says whose it is: jext blue, ext4 orange, the rest grey and green.
 fn colour(system: &System) -> RGBColor {
     match system {
-        System::Jext { .. } => RGBColor(31, 119, 180),
+        System::Jext { .. } | System::JextPercore { .. } => RGBColor(31, 119, 180),
         System::JextFuse { .. } => RGBColor(120, 180, 230),
         System::Ext4 { .. } => RGBColor(255, 127, 14),
         System::Fuse2fs => RGBColor(44, 160, 44),

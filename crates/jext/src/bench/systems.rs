@@ -11,7 +11,7 @@
 //! it did not make itself.
 
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
-use jext::{mkfs, CommitMode, DataMode, Fs, MkfsOptions, MountOptions};
+use jext::{mkfs, CommitMode, DataMode, Fs, IJournal, MkfsOptions, MountOptions};
 use jext_device::{LatencyModel, Preset, SimDevice};
 use jext_fuse::requests::DaemonStats;
 use jext_io::EngineKind;
@@ -46,6 +46,9 @@ pub enum System {
         fast_commit: bool,
         commit: CommitMode,
     },
+    /// jext through the library in data=ordered with `ijournal=percore`: fsyncs write
+    /// i-transactions to per-core rings (iJournaling's per-core areas, Fig. 9).
+    JextPercore { backing: Backing },
     /// Linux ext4 with these mount options, made by mkfs.ext4 with these extra features.
     Ext4 {
         options: &'static str,
@@ -97,11 +100,7 @@ impl System {
                 fast_commit,
                 commit,
             } => {
-                let on = if *backing == Backing::File {
-                    "file"
-                } else {
-                    "loop"
-                };
+                let on = backing_name(*backing);
                 let classic = if *fast_commit { "" } else { " -O ^fast_commit" };
                 let commit = match commit {
                     CommitMode::SingleIo => String::new(),
@@ -109,6 +108,10 @@ impl System {
                 };
                 format!("jext {}{commit}{classic} ({on})", mode_name(*mode))
             }
+            System::JextPercore { backing } => format!(
+                "jext data=ordered ijournal=percore ({})",
+                backing_name(*backing)
+            ),
             System::Ext4 {
                 options,
                 features: "",
@@ -138,6 +141,9 @@ impl System {
                 | System::Jext {
                     backing: Backing::File,
                     ..
+                }
+                | System::JextPercore {
+                    backing: Backing::File
                 }
                 | System::Block(BlockTarget::Sim(_) | BlockTarget::File(_))
         )
@@ -181,7 +187,20 @@ impl System {
                 dev,
             ) => {
                 let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
-                Target::Jext(open_jext(&path, *mode, *fast_commit, *commit)?)
+                let options = MountOptions {
+                    data_mode: *mode,
+                    journal_commit: *commit,
+                    ..MountOptions::default()
+                };
+                Target::Jext(open_jext(&path, *fast_commit, options)?)
+            }
+            (System::JextPercore { .. }, dev) => {
+                let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
+                let options = MountOptions {
+                    ijournal: IJournal::PerCore,
+                    ..MountOptions::default()
+                };
+                Target::Jext(open_jext(&path, true, options)?)
             }
             (System::Ext4 { options, features }, Some(dev)) => {
                 mkfs_ext4(dev, features)?;
@@ -242,19 +261,16 @@ pub fn mode_name(mode: DataMode) -> &'static str {
     }
 }
 
-fn open_jext(
-    path: &std::path::Path,
-    mode: DataMode,
-    fast_commit: bool,
-    commit: CommitMode,
-) -> io::Result<Fs> {
+fn backing_name(backing: Backing) -> &'static str {
+    match backing {
+        Backing::File => "file",
+        Backing::Loop => "loop",
+    }
+}
+
+fn open_jext(path: &std::path::Path, fast_commit: bool, options: MountOptions) -> io::Result<Fs> {
     let device = jext::open_device(path, false).map_err(io::Error::other)?;
     mkfs_jext(Arc::clone(&device), fast_commit)?;
-    let options = MountOptions {
-        data_mode: mode,
-        journal_commit: commit,
-        ..MountOptions::default()
-    };
     Fs::open(device, options).map_err(io::Error::other)
 }
 

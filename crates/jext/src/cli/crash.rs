@@ -137,11 +137,11 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn print_summary(summary: &Summary, config: &Config) {
     let secs = summary.elapsed.as_secs_f64().max(1e-3);
     println!(
-        "mode              workloads  fast commits  crash points     states   e2fsck   kernel   failures"
+        "mode                    workloads  fast commits  crash points     states   e2fsck   kernel   failures"
     );
     let row = |name: &str, c: &Counts| {
         println!(
-            "{name:<17} {:>9} {:>13} {:>13} {:>10} {:>8} {:>8} {:>10}",
+            "{name:<23} {:>9} {:>13} {:>13} {:>10} {:>8} {:>8} {:>10}",
             c.workloads,
             c.fast_commits,
             c.crash_points,

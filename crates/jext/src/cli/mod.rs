@@ -157,6 +157,7 @@ enum Command {
     /// Examples: jext crash                     (the CI-sized exploration, all modes)
     ///           jext crash --budget 1h         (the long run: more workloads until time is up)
     ///           jext crash --workload odd-fsync-1000 --mode journal
+    ///           jext crash --mode ordered+percore
     ///           jext crash --replay 'ace1-17/journal/42/0,2'
     Crash {
         /// Run until this much time has passed (e.g. 10m, 1h), with the long workload plan.
@@ -166,7 +167,8 @@ enum Command {
         #[arg(long)]
         jobs: Option<usize>,
         /// Only this mode (repeatable): ordered, journal, writeback, each optionally with
-        /// +classic for classic journal commits (default: all six).
+        /// +classic for classic journal commits, +percore for per-core i-transactions
+        /// (ijournal=percore); default: the six data and commit modes and ordered+percore.
         #[arg(long = "mode")]
         modes: Vec<String>,
         /// Only this workload (repeatable), e.g. ace1-17, ace3-5, create-delete-10.
@@ -216,9 +218,10 @@ enum Command {
         /// Directory for scratch images; its disk is the disk under test.
         #[arg(long, default_value = "/var/tmp")]
         dir: PathBuf,
-        /// Only systems whose name contains this text (e.g. "jext", "ext4"); for scale,
-        /// only the rows whose name contains it (fsck-empty, linux-trees, dir-library,
-        /// dir-mount).
+        /// Only systems whose name contains this text or one of its |-separated
+        /// alternatives (e.g. "jext", "ext4", "ordered (loop)|percore|fast_commit"); for
+        /// scale, only the rows whose name contains it (fsck-empty, linux-trees,
+        /// dir-library, dir-mount).
         #[arg(long)]
         only: Option<String>,
         /// Also write report.md and results.json into this directory.

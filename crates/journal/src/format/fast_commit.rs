@@ -89,7 +89,7 @@ pub struct Dentry {
 }
 
 impl FcRecord {
-    fn tag(&self) -> u16 {
+    pub(crate) fn tag(&self) -> u16 {
         match self {
             FcRecord::AddRange { .. } => TAG_ADD_RANGE,
             FcRecord::DelRange { .. } => TAG_DEL_RANGE,
@@ -100,7 +100,7 @@ impl FcRecord {
         }
     }
 
-    fn value(&self) -> Vec<u8> {
+    pub(crate) fn value(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(16);
         match self {
             FcRecord::AddRange {
@@ -154,7 +154,7 @@ impl FcRecord {
 
     /// Decodes the value of a content record; `None` if its length is wrong for its tag
     /// (the kernel's `ext4_fc_value_len_isvalid`).
-    fn decode(tag: u16, value: &[u8], inode_size: usize) -> Option<FcRecord> {
+    pub(crate) fn decode(tag: u16, value: &[u8], inode_size: usize) -> Option<FcRecord> {
         let le32 = |off: usize| u32::from_le_bytes(value[off..off + 4].try_into().unwrap());
         let le16 = |off: usize| u16::from_le_bytes([value[off], value[off + 1]]);
         let dentry = || {

@@ -21,7 +21,9 @@
 //! 0x024 4    s_feature_compat   0x1 CHECKSUM (v1 checksums: crc32_be in commit blocks)
 //! 0x028 4    s_feature_incompat 0x1 REVOKE, 0x2 64BIT, 0x4 ASYNC_COMMIT, 0x8 CSUM_V2,
 //!                               0x10 CSUM_V3, 0x20 FAST_COMMIT; jext's own:
-//!                               0x8000_0000 JEXT_SINGLE_IO (see below)
+//!                               0x8000_0000 JEXT_SINGLE_IO (see below),
+//!                               0x4000_0000 JEXT_PERCORE (per-core i-transactions
+//!                               in the fast-commit region)
 //! 0x02C 4    s_feature_ro_compat (none defined)
 //! 0x030 16   s_uuid             journal uuid; seeds every v2/v3 checksum
 //! 0x040 4    s_nr_users         file systems sharing the journal (1 for an inode journal)
@@ -70,10 +72,14 @@ pub const INCOMPAT_FAST_COMMIT: u32 = 0x20;
 /// jext's private bit: single-I/O commits may be live in the log (module comment). The
 /// highest bit, far from any Linux will define next.
 pub const INCOMPAT_JEXT_SINGLE_IO: u32 = 0x8000_0000;
+/// jext-private: the fast-commit region holds per-core rings of i-transactions
+/// (`ijournal=percore`, format/itransaction.rs), not ext4 fast commits. Set while the log
+/// is not empty in that mode, so that Linux refuses the journal instead of misreading it.
+pub const INCOMPAT_JEXT_PERCORE: u32 = 0x4000_0000;
 
 /// The incompat features jext knows, by e2fsprogs' names (1.47.0 prints the last as
 /// `FEATURE_I5`).
-const INCOMPAT_NAMES: [(u32, &str); 7] = [
+const INCOMPAT_NAMES: [(u32, &str); 8] = [
     (INCOMPAT_REVOKE, "journal_incompat_revoke"),
     (INCOMPAT_64BIT, "journal_64bit"),
     (INCOMPAT_ASYNC_COMMIT, "journal_async_commit"),
@@ -81,6 +87,7 @@ const INCOMPAT_NAMES: [(u32, &str); 7] = [
     (INCOMPAT_CSUM_V3, "journal_checksum_v3"),
     (INCOMPAT_FAST_COMMIT, "journal_fast_commit"),
     (INCOMPAT_JEXT_SINGLE_IO, "jext_single_io_commit"),
+    (INCOMPAT_JEXT_PERCORE, "jext_percore_itransactions"),
 ];
 const INCOMPAT_KNOWN: u32 = INCOMPAT_REVOKE
     | INCOMPAT_64BIT
@@ -88,7 +95,8 @@ const INCOMPAT_KNOWN: u32 = INCOMPAT_REVOKE
     | INCOMPAT_CSUM_V2
     | INCOMPAT_CSUM_V3
     | INCOMPAT_FAST_COMMIT
-    | INCOMPAT_JEXT_SINGLE_IO;
+    | INCOMPAT_JEXT_SINGLE_IO
+    | INCOMPAT_JEXT_PERCORE;
 
 pub const CHECKSUM_TYPE_CRC32C: u8 = 4;
 /// Fast-commit blocks when the feature is on and `s_num_fc_blks` is 0 (the kernel's
