@@ -17,12 +17,16 @@ const FILES_PER_THREAD: usize = 2;
 const ROUNDS: usize = 12;
 const CHUNK: usize = 4096;
 
-fn percore() -> MountOptions {
+fn options(ijournal: IJournal) -> MountOptions {
     MountOptions {
         commit_interval_ms: 3_600_000,
-        ijournal: IJournal::PerCore,
+        ijournal,
         ..MountOptions::default()
     }
+}
+
+fn percore() -> MountOptions {
+    options(IJournal::PerCore)
 }
 
 fn fresh_device() -> Arc<SimDevice> {
@@ -60,9 +64,20 @@ fn journal_dump(dev: &Arc<SimDevice>) -> String {
 
 #[test]
 fn concurrent_fsyncs_in_rings_survive_a_crash() {
-    let scratch = Scratch::new("percore-crash");
+    concurrent_fsyncs_survive_a_crash(IJournal::PerCore, "percore-crash");
+}
+
+/// The same in the one ext4 area, where fsyncs that arrive while a fast commit is being
+/// written go out together as the next one (group commit).
+#[test]
+fn concurrent_fsyncs_in_the_one_area_survive_a_crash() {
+    concurrent_fsyncs_survive_a_crash(IJournal::Single, "single-area-crash");
+}
+
+fn concurrent_fsyncs_survive_a_crash(ijournal: IJournal, name: &str) {
+    let scratch = Scratch::new(name);
     let dev = fresh_device();
-    let fs = Arc::new(Fs::open(dev.clone(), percore()).unwrap());
+    let fs = Arc::new(Fs::open(dev.clone(), options(ijournal)).unwrap());
     // Half the files exist durably before; the other half are created by the threads
     // (their names go in the i-transactions).
     for k in (0..THREADS * FILES_PER_THREAD).step_by(2) {
@@ -126,21 +141,30 @@ fn concurrent_fsyncs_in_rings_survive_a_crash() {
     std::mem::forget(fs); // the crash: nothing more reaches the device we keep
 
     let dump = journal_dump(&crashed);
-    assert!(dump.contains("jext_percore_itransactions"), "{dump}");
-    assert!(
-        dump.contains("ring 0 of ") && dump.contains("sub-tid"),
-        "{dump}"
-    );
-    check_recovered(&scratch, &crashed_mid, &returned_mid);
-    let replayed = check_recovered(&scratch, &crashed, &returned);
+    if ijournal == IJournal::PerCore {
+        assert!(dump.contains("jext_percore_itransactions"), "{dump}");
+        assert!(
+            dump.contains("ring 0 of ") && dump.contains("sub-tid"),
+            "{dump}"
+        );
+    } else {
+        assert!(dump.contains("fast commits after the log: "), "{dump}");
+    }
+    check_recovered(&scratch, &crashed_mid, &returned_mid, ijournal);
+    let replayed = check_recovered(&scratch, &crashed, &returned, ijournal);
     assert!(replayed > 0, "the crash at the end replays i-transactions");
 }
 
 /// Recovers `crashed` and checks that each file holds at least the bytes its returned
 /// fsyncs made durable (`returned`), that `e2fsck -fn` is clean and that the private bit
 /// is gone after unmount; returns how many i-transactions recovery replayed.
-fn check_recovered(scratch: &Scratch, crashed: &Arc<SimDevice>, returned: &[usize]) -> u32 {
-    let (fs, report) = Fs::open_with_report(crashed.clone(), percore()).unwrap();
+fn check_recovered(
+    scratch: &Scratch,
+    crashed: &Arc<SimDevice>,
+    returned: &[usize],
+    ijournal: IJournal,
+) -> u32 {
+    let (fs, report) = Fs::open_with_report(crashed.clone(), options(ijournal)).unwrap();
     for (k, &len) in returned.iter().enumerate() {
         let Ok(file) = fs.open_file(&path(k)) else {
             assert_eq!(len, 0, "f{k} is gone, {len} bytes were fsync'd");

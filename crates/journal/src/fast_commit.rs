@@ -15,7 +15,8 @@
 //!
 //! Fast commits are written in ticket order (the order the file system planned them in,
 //! under its lock): replay applies records in log order, so a newer inode image must
-//! never land before an older one. An area without room refuses, and the caller commits
+//! never land before an older one. Fsyncs that arrive while one is being written go out
+//! together next, as one fast commit with one flush (group commit, see [`write`]). An area without room refuses, and the caller commits
 //! in full instead; so does every later fast commit of the same tid, which may rely on
 //! records the refused one carried. Must never: write a fast commit of a tid whose predecessor is not
 //! durable, or overwrite the area while a tid it holds is not durable.
@@ -26,6 +27,7 @@ use crate::tid::{tid_geq, Tid};
 use crate::JournalError;
 use jext_io::{IoFlags, WriteRequest};
 use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// What became of one fast commit.
@@ -58,6 +60,19 @@ struct AreaState {
     /// A fast commit of this tid was not written (no room): no later one of the tid may
     /// be, since it may rely on what the unwritten one carried (an unlink said once).
     failed_tid: Option<Tid>,
+    /// Fast commits handed in and not yet taken by a writer, by ticket.
+    waiting: BTreeMap<u64, (Tid, Vec<FcRecord>)>,
+    /// What became of each ticket a writer took, until its fsync picks it up.
+    done: HashMap<u64, Result<FastCommitOutcome, JournalError>>,
+    /// A writer is writing a group now (with the lock released).
+    writing: bool,
+}
+
+/// The fast commits one writer takes: consecutive tickets of one tid.
+struct Group {
+    tickets: std::ops::Range<u64>,
+    tid: Tid,
+    records: Vec<FcRecord>,
 }
 
 impl FastCommitArea {
@@ -70,14 +85,45 @@ impl FastCommitArea {
                 next_block: 0,
                 next_ticket: 0,
                 failed_tid: None,
+                waiting: BTreeMap::new(),
+                done: HashMap::new(),
+                writing: false,
             }),
             turn: Condvar::new(),
         }
     }
 }
 
+impl AreaState {
+    /// The run of consecutive tickets from `next_ticket` that share its tid, taken out of
+    /// `waiting`; `None` if `next_ticket` has not come in yet.
+    fn take_group(&mut self) -> Option<Group> {
+        let (tid, _) = self.waiting.get(&self.next_ticket)?;
+        let tid = *tid;
+        let first = self.next_ticket;
+        let mut next = first;
+        let mut records = Vec::new();
+        while self.waiting.get(&next).is_some_and(|(t, _)| *t == tid) {
+            let (_, mut more) = self.waiting.remove(&next).expect("just looked");
+            records.append(&mut more);
+            next += 1;
+        }
+        Some(Group {
+            tickets: first..next,
+            tid,
+            records,
+        })
+    }
+}
+
 /// Writes fast commit `ticket` (tickets are handed out 0, 1, 2, ... by the caller, and
 /// every ticket must be passed here exactly once, even when there is nothing to write).
+///
+/// Group commit: the fsync whose ticket is next becomes the writer and takes every
+/// consecutive ticket of the same tid that has come in, as one fast commit (their records
+/// in ticket order, one TAIL, one flush and one FUA write); the others wait for its
+/// outcome. While it writes, with the lock released, later fsyncs queue up for the next
+/// group, so concurrent fsyncs share the device's flushes as full commits do.
 pub(crate) fn write(
     shared: &Shared,
     ticket: u64,
@@ -86,56 +132,98 @@ pub(crate) fn write(
 ) -> Result<FastCommitOutcome, JournalError> {
     let area = &shared.fast_commits;
     let mut st = area.state.lock();
-    while st.next_ticket != ticket {
+    assert!(
+        ticket >= st.next_ticket,
+        "fast-commit ticket {ticket} handed in twice"
+    );
+    st.waiting.insert(ticket, (tid, records.to_vec()));
+    loop {
+        if let Some(outcome) = st.done.remove(&ticket) {
+            return outcome;
+        }
+        if !st.writing {
+            if let Some(group) = st.take_group() {
+                st.writing = true;
+                drop(st);
+                let outcome = write_group(shared, &group);
+                st = area.state.lock();
+                settle(&mut st, &group, outcome);
+                area.turn.notify_all();
+                continue;
+            }
+        }
         area.turn.wait(&mut st);
     }
-    let outcome = write_in_turn(shared, &mut st, tid, records);
-    st.next_ticket += 1;
-    area.turn.notify_all();
-    outcome
 }
 
-fn write_in_turn(
-    shared: &Shared,
-    st: &mut AreaState,
-    tid: Tid,
-    records: &[FcRecord],
-) -> Result<FastCommitOutcome, JournalError> {
+/// Writes one group with the area's lock released: only the writer touches the area's
+/// position until `settle`.
+fn write_group(shared: &Shared, group: &Group) -> Result<Written, JournalError> {
     let area = &shared.fast_commits;
     if area.len == 0 {
-        return Ok(FastCommitOutcome::NoRoom);
+        return Ok(Written::Not(FastCommitOutcome::NoRoom));
     }
-    shared.wait_for(tid.wrapping_sub(1), true)?;
-    if tid_geq(shared.committed(), tid) {
-        return Ok(FastCommitOutcome::Obsolete);
+    shared.wait_for(group.tid.wrapping_sub(1), true)?;
+    if tid_geq(shared.committed(), group.tid) {
+        return Ok(Written::Not(FastCommitOutcome::Obsolete));
     }
-    if st.failed_tid == Some(tid) {
-        return Ok(FastCommitOutcome::NoRoom);
-    }
-    let first_of_tid = st.tid != Some(tid);
-    let start = if first_of_tid { 0 } else { st.next_block };
-    let block_size = shared.area.block_size as usize;
-    let mut writer = FastCommitWriter::new(block_size, tid, first_of_tid);
-    let no_room = |st: &mut AreaState| {
-        st.failed_tid = Some(tid);
-        Ok(FastCommitOutcome::NoRoom)
+    let (failed_tid, area_tid, next_block) = {
+        let st = area.state.lock();
+        (st.failed_tid, st.tid, st.next_block)
     };
-    for record in records {
+    if failed_tid == Some(group.tid) {
+        return Ok(Written::Not(FastCommitOutcome::NoRoom));
+    }
+    let first_of_tid = area_tid != Some(group.tid);
+    let start = if first_of_tid { 0 } else { next_block };
+    let block_size = shared.area.block_size as usize;
+    let mut writer = FastCommitWriter::new(block_size, group.tid, first_of_tid);
+    for record in &group.records {
         writer.push(record);
         if start as usize + writer.blocks_so_far() > area.len as usize {
-            return no_room(st);
+            return Ok(Written::Refused);
         }
     }
     let blocks = writer.finish();
     if start as usize + blocks.len() > area.len as usize {
-        return no_room(st);
+        return Ok(Written::Refused);
     }
-    shared.point_superblock_at_log(tid)?;
+    shared.point_superblock_at_log(group.tid)?;
     let written = write_durably(shared, area.first + start, blocks)?;
-    st.tid = Some(tid);
-    st.next_block = start + written;
     shared.note_fast_commit(written);
-    Ok(FastCommitOutcome::Written { blocks: written })
+    Ok(Written::At { start, written })
+}
+
+/// What a writer did with its group, for `settle`.
+enum Written {
+    /// Durable at area block `start`, `written` blocks.
+    At { start: u32, written: u32 },
+    /// No room: this tid's later fast commits must be refused too.
+    Refused,
+    /// Nothing to write, and nothing changes in the area.
+    Not(FastCommitOutcome),
+}
+
+/// Records a group's outcome for each of its tickets and moves the area on.
+fn settle(st: &mut AreaState, group: &Group, written: Result<Written, JournalError>) {
+    let outcome = match written {
+        Ok(Written::At { start, written }) => {
+            st.tid = Some(group.tid);
+            st.next_block = start + written;
+            Ok(FastCommitOutcome::Written { blocks: written })
+        }
+        Ok(Written::Refused) => {
+            st.failed_tid = Some(group.tid);
+            Ok(FastCommitOutcome::NoRoom)
+        }
+        Ok(Written::Not(outcome)) => Ok(outcome),
+        Err(err) => Err(err),
+    };
+    for ticket in group.tickets.clone() {
+        st.done.insert(ticket, outcome.clone());
+    }
+    st.next_ticket = group.tickets.end;
+    st.writing = false;
 }
 
 /// Writes `blocks` from journal block `first` and returns their count once they are
