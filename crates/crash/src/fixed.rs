@@ -257,6 +257,8 @@ fn sqlite_rollback(transactions: usize) -> Vec<Op> {
             write("/db-journal", 0, 512),
             write("/db-journal", 512, PAGE + 4),
             Op::Fsync("/db-journal".into()),
+            // SQLite syncs the directory of a journal it just created (UNIXFILE_DIRSYNC).
+            Op::Fsync("/".into()),
             write("/db-journal", 0, 28),
             Op::Fsync("/db-journal".into()),
             write("/db", page * u64::from(PAGE), PAGE),

@@ -243,16 +243,15 @@ fn create_in(
     dir::add(tx, parent, name, ino, file_type)?;
     touch_dir(tx, parent, t)?;
     tx.write_inode(parent)?;
-    // A fast commit can create regular files and directories (with no xattrs: an
-    // inherited ACL already closed the window); its replay of others would differ.
-    if matches!(kind, FileKind::Regular | FileKind::Directory) {
-        let tid = tx.tid();
-        tx.inode(ino)?.fc.new_name = Some(NewName {
-            parent,
-            name: name.to_vec(),
-            tid,
-        });
-    }
+    // Every new name is remembered until durable: a fast commit creates the regular
+    // files among them, and a directory's fsync must know of the others to commit in
+    // full (an inherited ACL already closed the window for fast commits).
+    let tid = tx.tid();
+    tx.inode(ino)?.fc.new_name = Some(NewName {
+        parent,
+        name: name.to_vec(),
+        tid,
+    });
     Ok(ino)
 }
 

@@ -19,8 +19,10 @@
 //! - what a fast commit cannot say falls back to a full commit, counted by reason: until
 //!   the transaction holding a rename, link or xattr change is durable, no fsync writes a
 //!   fast commit (as Linux's ineligible window); a file whose orphan-list link changed
-//!   commits in full until that is durable; directories, non-regular files,
-//!   data-journaled files and files in new directories always commit in full;
+//!   commits in full until that is durable; special files, data-journaled files, new
+//!   directories and files in them always commit in full;
+//! - a directory's fsync is a fast commit of its entries: the pending UNLINKs and the
+//!   files created in it that are not durable (see `directory_records`);
 //! - unlinks are said, not avoided: every fast commit starts with an UNLINK record for
 //!   each name removed since the last durable commit (in order), so that replay removes
 //!   a name (and frees its inode) before re-creating it;
@@ -205,7 +207,12 @@ pub(crate) fn plan(
     ino: u32,
     wanted: Tid,
 ) -> FsResult<Result<Plan, Ineligible>> {
-    if let Err(reason) = eligible(fs, st, ino) {
+    let is_dir = st.inodes[&ino].is_dir();
+    let checked = match is_dir {
+        true => eligible_directory(fs, st, ino),
+        false => eligible(fs, st, ino),
+    };
+    if let Err(reason) = checked {
         return Ok(Err(reason));
     }
     let tid = fs.journal.fast_commit_tid();
@@ -215,6 +222,13 @@ pub(crate) fn plan(
         return Ok(Err(Ineligible::AlreadyCommitting));
     }
     let durable = fs.journal.committed_tid();
+    if is_dir {
+        let records = match directory_records(fs, st, ino, durable)? {
+            Ok(records) => records,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        return Ok(Ok(take_ticket(st, tid, records)));
+    }
     let chain = match new_chain(fs, st, ino, durable)? {
         Ok(chain) => chain,
         Err(reason) => return Ok(Err(reason)),
@@ -241,6 +255,11 @@ pub(crate) fn plan(
             records.push(inode_record(fs, st, ino));
         }
     }
+    Ok(Ok(take_ticket(st, tid, records)))
+}
+
+/// The plan for `records`, with the next ticket.
+fn take_ticket(st: &mut FsState, tid: Tid, records: Vec<FcRecord>) -> Plan {
     let ticket = st.fc.next_ticket;
     st.fc.next_ticket += 1;
     let first_ticket_of_tid = match st.fc.tid_first_ticket {
@@ -250,12 +269,80 @@ pub(crate) fn plan(
             ticket
         }
     };
-    Ok(Ok(Plan {
+    Plan {
         ticket,
         first_ticket_of_tid,
         tid,
         records,
-    }))
+    }
+}
+
+/// A directory's fsync makes its entries durable: the names removed from it (every
+/// pending UNLINK, as any fast commit starts with) and the files created in it whose
+/// creation is not durable, each as a new file's fsync writes it (INODE, its block
+/// ranges, CREAT, INODE). Linux makes a directory fsync a fast commit too (of every
+/// queued entry change); SQLite's rollback journal fsyncs its directory on every
+/// transaction. A child this cannot say (a new directory or special file, an open
+/// unlinked file) makes the fsync commit in full.
+fn directory_records(
+    fs: &FsInner,
+    st: &mut FsState,
+    dir: u32,
+    durable: Tid,
+) -> FsResult<Result<Vec<FcRecord>, Ineligible>> {
+    let mut children: Vec<(u32, NewName)> = st
+        .inodes
+        .iter()
+        .filter_map(|(&ino, info)| {
+            let name = info.fc.new_name.as_ref()?;
+            (name.parent == dir && tid_gt(name.tid, durable)).then(|| (ino, name.clone()))
+        })
+        .collect();
+    children.sort_by_key(|(ino, _)| *ino);
+    for (child, _) in &children {
+        let info = &st.inodes[child];
+        if info.raw.links_count() == 0 {
+            // Unlinked since (its UNLINK is pending) but still open: nothing to create.
+            continue;
+        }
+        if let Err(reason) = eligible(fs, st, *child) {
+            return Ok(Err(reason));
+        }
+    }
+    let mut records = st.fc.unlink_records(durable);
+    for (child, name) in &children {
+        if st.inodes[child].raw.links_count() == 0 {
+            continue;
+        }
+        let ranges = range_records(fs, st, *child, durable)?;
+        records.push(inode_record(fs, st, *child));
+        records.extend(ranges);
+        records.push(FcRecord::Creat(dentry(name, *child)));
+        records.push(inode_record(fs, st, *child));
+    }
+    Ok(Ok(records))
+}
+
+/// Whether a directory's fsync can be a fast commit: its own creation is durable and
+/// no change a fast commit cannot say is pending.
+fn eligible_directory(fs: &FsInner, st: &FsState, dir: u32) -> Result<(), Ineligible> {
+    if fs.journal.fast_commit_area_blocks() == 0 {
+        return Err(Ineligible::NoArea);
+    }
+    let durable = fs.journal.committed_tid();
+    let info = &st.inodes[&dir];
+    if info
+        .fc
+        .new_name
+        .as_ref()
+        .is_some_and(|n| tid_gt(n.tid, durable))
+    {
+        return Err(Ineligible::NewDirectory);
+    }
+    match st.fc.ineligible {
+        Some((tid, reason)) if tid_gt(tid, durable) => Err(reason),
+        _ => Ok(()),
+    }
 }
 
 /// Writes a planned fast commit, or notes why the fsync must commit in full; returns
