@@ -128,7 +128,7 @@ pub(crate) fn write(
     shared: &Shared,
     ticket: u64,
     tid: Tid,
-    records: &[FcRecord],
+    records: Vec<FcRecord>,
 ) -> Result<FastCommitOutcome, JournalError> {
     let area = &shared.fast_commits;
     let mut st = area.state.lock();
@@ -136,7 +136,7 @@ pub(crate) fn write(
         ticket >= st.next_ticket,
         "fast-commit ticket {ticket} handed in twice"
     );
-    st.waiting.insert(ticket, (tid, records.to_vec()));
+    st.waiting.insert(ticket, (tid, records));
     loop {
         if let Some(outcome) = st.done.remove(&ticket) {
             return outcome;

@@ -510,11 +510,11 @@ impl Journal {
         &self,
         ticket: u64,
         tid: Tid,
-        records: &[FcRecord],
+        records: Vec<FcRecord>,
     ) -> Result<FastCommitOutcome, JournalError> {
         if let Some(err) = self.aborted() {
             // Keep the tickets moving for the others, who will see the abort too.
-            let _ = crate::fast_commit::write(&self.shared, ticket, tid, &[]);
+            let _ = crate::fast_commit::write(&self.shared, ticket, tid, Vec::new());
             return Err(err);
         }
         crate::fast_commit::write(&self.shared, ticket, tid, records)

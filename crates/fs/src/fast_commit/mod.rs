@@ -357,7 +357,7 @@ pub(crate) fn write(fs: &FsInner, plan: Result<Plan, Ineligible>) -> FsResult<bo
     };
     let journal = &fs.journal;
     let outcome = match fs.options.ijournal {
-        IJournal::Single => journal.fast_commit(plan.ticket, plan.tid, &plan.records)?,
+        IJournal::Single => journal.fast_commit(plan.ticket, plan.tid, plan.records)?,
         IJournal::PerCore => journal.percore_commit(
             plan.ticket,
             plan.first_ticket_of_tid,
