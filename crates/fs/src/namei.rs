@@ -252,6 +252,8 @@ fn create_in(
         name: name.to_vec(),
         tid,
     });
+    let durable = tx.fs.journal.committed_tid();
+    tx.st.fc.note_created(tid, parent, ino, durable);
     Ok(ino)
 }
 

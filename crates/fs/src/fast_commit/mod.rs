@@ -42,7 +42,7 @@ use jext_journal::format::fast_commit::{
     Dentry, FcRecord, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN, OLD_INODE_SIZE,
 };
 use jext_journal::{tid_gt, FastCommitOutcome, Tid};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Why an fsync committed the running transaction instead of writing a fast commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -148,12 +148,28 @@ pub(crate) struct FcState {
     /// fast commit, oldest first, with their transactions: the next fast commit starts
     /// with them.
     pub unlinks: Vec<(Tid, Dentry)>,
+    /// Inodes created by transactions that may not be durable, as (tid, parent, inode),
+    /// oldest first: what a directory's fsync looks through for its new entries
+    /// (each inode's name is in its `FcInode::new_name`).
+    pub created: VecDeque<(Tid, u32, u32)>,
 }
 
 /// Removed names a fast commit carries at most; more commit in full until durable.
 const MAX_PENDING_UNLINKS: usize = 128;
 
 impl FcState {
+    /// Remembers a creation for directory fsyncs, forgetting those now durable.
+    pub fn note_created(&mut self, tid: Tid, parent: u32, ino: u32, durable: Tid) {
+        while self
+            .created
+            .front()
+            .is_some_and(|(t, _, _)| !tid_gt(*t, durable))
+        {
+            self.created.pop_front();
+        }
+        self.created.push_back((tid, parent, ino));
+    }
+
     /// Remembers an unlink for the fast commits to come; false if too many are pending.
     pub fn note_unlink(&mut self, tid: Tid, parent: u32, ino: u32, name: &[u8]) -> bool {
         if self.unlinks.len() >= MAX_PENDING_UNLINKS {
@@ -290,15 +306,20 @@ fn directory_records(
     dir: u32,
     durable: Tid,
 ) -> FsResult<Result<Vec<FcRecord>, Ineligible>> {
+    // Each still-new child once, by its current name (an inode number may have been
+    // freed and created again meanwhile; one deleted since has no entry any more).
     let mut children: Vec<(u32, NewName)> = st
-        .inodes
+        .fc
+        .created
         .iter()
-        .filter_map(|(&ino, info)| {
-            let name = info.fc.new_name.as_ref()?;
+        .filter(|&&(tid, parent, _)| parent == dir && tid_gt(tid, durable))
+        .filter_map(|&(_, _, ino)| {
+            let name = st.inodes.get(&ino)?.fc.new_name.as_ref()?;
             (name.parent == dir && tid_gt(name.tid, durable)).then(|| (ino, name.clone()))
         })
         .collect();
     children.sort_by_key(|(ino, _)| *ino);
+    children.dedup_by_key(|(ino, _)| *ino);
     for (child, _) in &children {
         let info = &st.inodes[child];
         if info.raw.links_count() == 0 {
