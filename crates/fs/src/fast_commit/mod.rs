@@ -38,9 +38,7 @@ use crate::blockmap;
 use crate::error::FsResult;
 use crate::options::IJournal;
 use crate::state::{FsInner, FsState, InodeInfo};
-use jext_journal::format::fast_commit::{
-    Dentry, FcRecord, MAX_UNWRITTEN_LEN, MAX_WRITTEN_LEN, OLD_INODE_SIZE,
-};
+use jext_journal::format::fast_commit::{max_range_len, Dentry, FcRecord, OLD_INODE_SIZE};
 use jext_journal::{tid_gt, FastCommitOutcome, Tid};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -536,11 +534,7 @@ fn push_add_ranges(
     pblk: u64,
     unwritten: bool,
 ) {
-    let longest = if unwritten {
-        MAX_UNWRITTEN_LEN
-    } else {
-        MAX_WRITTEN_LEN
-    };
+    let longest = max_range_len(unwritten);
     let mut at = from;
     while at < to {
         let len = (to - at).min(longest);

@@ -43,7 +43,7 @@ use crate::blockmap;
 use crate::dir;
 use crate::error::{FsError, FsResult};
 use crate::extent_tree;
-use crate::format::extent::{Extent, Node, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
+use crate::format::extent::{Extent, Node};
 use crate::format::group_desc::FLAG_INODE_UNINIT;
 use crate::format::inode::{flags, Inode, GOOD_OLD_INODE_SIZE};
 use crate::format::Location;
@@ -55,7 +55,7 @@ use crate::state::{FsInner, FsState};
 use crate::tx::Tx;
 use crate::types::{FileKind, Timestamp, ROOT_INO};
 use crate::xattr_ops;
-use jext_journal::format::fast_commit::{Dentry, FcRecord};
+use jext_journal::format::fast_commit::{max_range_len, Dentry, FcRecord};
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
@@ -268,11 +268,7 @@ fn check_record(fs: &FsInner, record: &FcRecord, meta: &mut MetadataMap) -> Resu
             unwritten,
         } => {
             check_ino(fs, *ino)?;
-            let longest = if *unwritten {
-                MAX_UNWRITTEN_LEN
-            } else {
-                MAX_INIT_LEN
-            };
+            let longest = max_range_len(*unwritten);
             if *len > longest {
                 return Err(format!("an extent of {len} blocks (at most {longest})"));
             }

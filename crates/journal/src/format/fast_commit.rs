@@ -57,6 +57,16 @@ pub const MAX_WRITTEN_LEN: u32 = 32768;
 /// Largest unwritten extent.
 pub const MAX_UNWRITTEN_LEN: u32 = 32767;
 
+/// The most blocks one ADD_RANGE may map: an extent's limit, which an unwritten one
+/// lowers by one (its length field keeps a flag in the top value).
+pub fn max_range_len(unwritten: bool) -> u32 {
+    if unwritten {
+        MAX_UNWRITTEN_LEN
+    } else {
+        MAX_WRITTEN_LEN
+    }
+}
+
 /// One record a fast commit carries (HEAD, TAIL and PAD are layout, not content).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FcRecord {
@@ -110,11 +120,7 @@ impl FcRecord {
                 pblk,
                 unwritten,
             } => {
-                let max = if *unwritten {
-                    MAX_UNWRITTEN_LEN
-                } else {
-                    MAX_WRITTEN_LEN
-                };
+                let max = max_range_len(*unwritten);
                 assert!(*len >= 1 && *len <= max, "ADD_RANGE of {len} blocks");
                 assert!(*pblk < 1 << 48, "ADD_RANGE to block {pblk}");
                 let ee_len = if *unwritten {
