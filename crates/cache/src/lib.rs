@@ -18,5 +18,5 @@ mod page;
 mod writeback;
 
 pub use buffer::{BufferCache, BufferCacheStats};
-pub use page::{Page, PageCache, PageCacheStats};
+pub use page::{Page, PageCache, PageCacheStats, PageWriteback};
 pub use writeback::{WritebackPolicy, WritebackTarget, WritebackThread};

@@ -5,9 +5,15 @@
 //! are evicted oldest first when the cache is over its bound; dirty pages are never
 //! evicted, only written back (by the file system) and then become clean.
 //!
+//! A page being written back ([`PageCache::start_writeback`] to
+//! [`PageCache::end_writeback`], the kernel's `PG_writeback`) is clean, so a new change
+//! dirties it again, but it is not evictable: until its write reached the device, the
+//! device still holds older bytes, and a read that missed the cache would see them.
+//!
 //! The cache knows nothing of blocks, extents or allocation; it must never drop a dirty
-//! page.
+//! page, nor evict one whose write is in flight.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,8 +22,30 @@ use std::time::Instant;
 pub struct Page {
     data: Arc<[u8]>,
     dirty: bool,
-    /// Position in the clean LRU (meaningless while dirty).
+    /// Position in the clean LRU (meaningless while dirty or under writeback).
     lru_tick: u64,
+    /// Writes of this page in flight; while any is, the page is not on the clean LRU.
+    writebacks: u32,
+    /// Unique among every page this cache ever held: an `end_writeback` meant for a page
+    /// that was dropped (truncate) never ends the writeback of its successor.
+    id: u64,
+}
+
+impl Page {
+    /// On the clean LRU (evictable).
+    fn evictable(&self) -> bool {
+        !self.dirty && self.writebacks == 0
+    }
+}
+
+/// A page whose write is in flight: what to write, and what to hand back to
+/// [`PageCache::end_writeback`] once the write completed.
+#[derive(Clone, Debug)]
+pub struct PageWriteback {
+    pub ino: u32,
+    pub index: u64,
+    pub data: Arc<[u8]>,
+    id: u64,
 }
 
 impl Page {
@@ -111,7 +139,7 @@ impl PageCache {
             return None;
         };
         self.stats.hits += 1;
-        if !page.dirty {
+        if page.evictable() {
             self.clean_lru.remove(&page.lru_tick);
             page.lru_tick = clock;
             self.clean_lru.insert(clock, (ino, index));
@@ -140,6 +168,8 @@ impl PageCache {
                 data,
                 dirty: false,
                 lru_tick: tick,
+                writebacks: 0,
+                id: tick,
             },
         );
         self.clean_lru.insert(tick, (ino, index));
@@ -148,19 +178,30 @@ impl PageCache {
 
     /// Changes a page and marks it dirty; a missing page starts as zeros.
     pub fn modify<R>(&mut self, ino: u32, index: u64, change: impl FnOnce(&mut [u8]) -> R) -> R {
-        let page_size = self.page_size;
+        self.clock += 1;
+        let id = self.clock;
         let file = self.files.entry(ino).or_default();
-        let page = file.pages.entry(index).or_insert_with(|| {
-            self.total_pages += 1;
-            Page {
-                data: Arc::from(vec![0u8; page_size]),
-                // Counted as dirty just below.
-                dirty: false,
-                lru_tick: 0,
+        let page = match file.pages.entry(index) {
+            Entry::Vacant(slot) => {
+                self.total_pages += 1;
+                slot.insert(Page {
+                    data: Arc::from(vec![0u8; self.page_size]),
+                    // Counted as dirty just below.
+                    dirty: false,
+                    lru_tick: 0,
+                    writebacks: 0,
+                    id,
+                })
             }
-        });
+            Entry::Occupied(slot) => {
+                let page = slot.into_mut();
+                if page.evictable() {
+                    self.clean_lru.remove(&page.lru_tick);
+                }
+                page
+            }
+        };
         if !page.dirty {
-            self.clean_lru.remove(&page.lru_tick);
             page.dirty = true;
             self.dirty_pages += 1;
             file.dirty_pages += 1;
@@ -171,23 +212,90 @@ impl PageCache {
 
     /// Marks a written-back page clean (if it is still cached and dirty).
     pub fn mark_clean(&mut self, ino: u32, index: u64) {
+        if let Some(page) = self.files.get(&ino).and_then(|f| f.pages.get(&index)) {
+            if page.dirty {
+                self.clean(ino, index);
+                self.put_on_lru_if_evictable(ino, index);
+            }
+        }
+    }
+
+    /// Marks a dirty page clean and in flight: it stays cached (not evictable) until
+    /// [`PageCache::end_writeback`]; a change meanwhile dirties it again. `None` if the
+    /// page is not cached and dirty.
+    pub fn start_writeback(&mut self, ino: u32, index: u64) -> Option<PageWriteback> {
+        let page = self.files.get(&ino)?.pages.get(&index)?;
+        if !page.dirty {
+            return None;
+        }
+        self.clean(ino, index);
+        let page = self.page_mut(ino, index).expect("just cleaned");
+        page.writebacks += 1;
+        Some(PageWriteback {
+            ino,
+            index,
+            data: page.data.clone(),
+            id: page.id,
+        })
+    }
+
+    /// The write of `wb` completed (`failed`: it did not reach the device, and the page
+    /// is dirty again unless it was dropped or replaced meanwhile).
+    pub fn end_writeback(&mut self, wb: &PageWriteback, failed: bool) {
+        let Some(page) = self.page_mut(wb.ino, wb.index) else {
+            return;
+        };
+        if page.id != wb.id {
+            return;
+        }
+        assert!(
+            page.writebacks > 0,
+            "writeback of page {} ended twice",
+            wb.index
+        );
+        page.writebacks -= 1;
+        if failed && !page.dirty {
+            self.make_dirty(wb.ino, wb.index);
+        } else {
+            self.put_on_lru_if_evictable(wb.ino, wb.index);
+        }
+    }
+
+    fn page_mut(&mut self, ino: u32, index: u64) -> Option<&mut Page> {
+        self.files.get_mut(&ino)?.pages.get_mut(&index)
+    }
+
+    /// Clears a dirty page's dirty bit and counts (not onto the LRU).
+    fn clean(&mut self, ino: u32, index: u64) {
+        let file = self.files.get_mut(&ino).expect("a cached page's file");
+        let page = file.pages.get_mut(&index).expect("a cached page");
+        debug_assert!(page.dirty);
+        page.dirty = false;
+        self.dirty_pages -= 1;
+        file.dirty_pages -= 1;
+        if file.dirty_pages == 0 {
+            file.dirtied_at = None;
+        }
+    }
+
+    /// Sets a clean page's dirty bit and counts (it is off the LRU).
+    fn make_dirty(&mut self, ino: u32, index: u64) {
+        let file = self.files.get_mut(&ino).expect("a cached page's file");
+        let page = file.pages.get_mut(&index).expect("a cached page");
+        debug_assert!(!page.dirty);
+        page.dirty = true;
+        self.dirty_pages += 1;
+        file.dirty_pages += 1;
+        file.dirtied_at.get_or_insert_with(Instant::now);
+    }
+
+    fn put_on_lru_if_evictable(&mut self, ino: u32, index: u64) {
         self.clock += 1;
         let tick = self.clock;
-        let Some(file) = self.files.get_mut(&ino) else {
-            return;
-        };
-        let Some(page) = file.pages.get_mut(&index) else {
-            return;
-        };
-        if page.dirty {
-            page.dirty = false;
+        let page = self.page_mut(ino, index).expect("a cached page");
+        if page.evictable() {
             page.lru_tick = tick;
             self.clean_lru.insert(tick, (ino, index));
-            self.dirty_pages -= 1;
-            file.dirty_pages -= 1;
-            if file.dirty_pages == 0 {
-                file.dirtied_at = None;
-            }
         }
     }
 
@@ -236,7 +344,7 @@ impl PageCache {
             if page.dirty {
                 self.dirty_pages -= 1;
                 file.dirty_pages -= 1;
-            } else {
+            } else if page.evictable() {
                 self.clean_lru.remove(&page.lru_tick);
             }
         }
@@ -305,6 +413,48 @@ mod tests {
     }
 
     #[test]
+    fn a_page_in_flight_is_not_evicted_and_a_failed_write_dirties_it_again() {
+        let mut pc = PageCache::new(512, 16 * 512);
+        pc.modify(1, 0, |p| p[0] = 7);
+        let wb = pc.start_writeback(1, 0).expect("dirty");
+        assert!(!pc.has_dirty(1), "clean while in flight");
+        for i in 0..40 {
+            pc.insert_clean(2, i, Arc::from(vec![0u8; 512]));
+        }
+        pc.get(1, 0);
+        pc.evict_over_capacity();
+        assert!(
+            pc.contains(1, 0),
+            "in flight: the device may still hold older bytes"
+        );
+        pc.end_writeback(&wb, true);
+        assert_eq!(
+            pc.dirty_indices(1),
+            vec![0],
+            "a failed write leaves the page dirty"
+        );
+        let wb = pc.start_writeback(1, 0).expect("dirty again");
+        pc.truncate(1, 0);
+        pc.modify(1, 0, |p| p[0] = 8);
+        let successor = pc.start_writeback(1, 0).expect("the new page");
+        pc.end_writeback(&wb, false);
+        for i in 40..80 {
+            pc.insert_clean(2, i, Arc::from(vec![0u8; 512]));
+        }
+        pc.evict_over_capacity();
+        assert!(
+            pc.contains(1, 0),
+            "the dropped page's end did not unpin its successor"
+        );
+        pc.end_writeback(&successor, false);
+        for i in 80..120 {
+            pc.insert_clean(2, i, Arc::from(vec![0u8; 512]));
+        }
+        pc.evict_over_capacity();
+        assert!(!pc.contains(1, 0), "written and clean: evictable");
+    }
+
+    #[test]
     fn truncate_drops_pages_and_dirty_counts() {
         let mut pc = PageCache::new(512, 1 << 20);
         for i in 0..8 {
@@ -326,10 +476,17 @@ mod tests {
     proptest! {
         /// Counters and the LRU agree with the pages after any sequence of operations.
         #[test]
-        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..6, 0u32..3, 0u64..12), 1..200)) {
+        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..9, 0u32..3, 0u64..12), 1..200)) {
             let mut pc = PageCache::new(64, 10 * 64);
+            let mut in_flight: Vec<PageWriteback> = Vec::new();
             for (op, ino, index) in ops {
                 match op {
+                    6 => in_flight.extend(pc.start_writeback(ino, index)),
+                    7 | 8 if !in_flight.is_empty() => {
+                        let wb = in_flight.remove(index as usize % in_flight.len());
+                        pc.end_writeback(&wb, op == 8);
+                    }
+                    7 | 8 => {}
                     0 => pc.insert_clean(ino, index, Arc::from(vec![0u8; 64])),
                     1 => pc.modify(ino, index, |p| p[0] ^= 1),
                     2 => pc.mark_clean(ino, index),
@@ -342,7 +499,14 @@ mod tests {
                 let dirty: usize = pc.files.values().flat_map(|f| f.pages.values()).filter(|p| p.dirty).count();
                 prop_assert_eq!(pages, pc.total_pages);
                 prop_assert_eq!(dirty, pc.dirty_pages);
-                prop_assert_eq!(pages - dirty, pc.clean_lru.len());
+                let pinned = pc.files.values().flat_map(|f| f.pages.values()).filter(|p| !p.dirty && p.writebacks > 0).count();
+                prop_assert_eq!(pages - dirty - pinned, pc.clean_lru.len());
+                for wb in &in_flight {
+                    let live = pc.files.get(&wb.ino).and_then(|f| f.pages.get(&wb.index)).filter(|p| p.id == wb.id);
+                    if let Some(page) = live {
+                        prop_assert!(page.writebacks > 0, "a page whose write is in flight is pinned");
+                    }
+                }
                 for f in pc.files.values() {
                     prop_assert_eq!(f.dirty_pages > 0, f.dirtied_at.is_some());
                 }

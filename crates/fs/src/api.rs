@@ -27,7 +27,7 @@ use crate::xattr_ops::{self, XattrSetMode};
 use crate::{dir, file};
 use jext_cache::{WritebackPolicy, WritebackTarget, WritebackThread};
 use jext_device::{BlockDevice, CounterSnapshot};
-use jext_io::IoQueue;
+use jext_io::{IoConfig, IoQueue};
 use jext_journal::JournalStats;
 use parking_lot::{Mutex, MutexGuard};
 use std::path::Path;
@@ -57,7 +57,11 @@ impl Fs {
         device: Arc<dyn BlockDevice>,
         options: MountOptions,
     ) -> FsResult<(Fs, MountReport)> {
-        let io = Arc::new(IoQueue::new(device));
+        let config = IoConfig {
+            engine: options.io_engine,
+            ..IoConfig::default()
+        };
+        let io = Arc::new(IoQueue::with_config(device, config)?);
         let (inner, report) = mount::mount(io, options)?;
         let policy = WritebackPolicy::default();
         let weak: Weak<dyn WritebackTarget> = Arc::downgrade(&inner) as Weak<dyn WritebackTarget>;
@@ -468,15 +472,18 @@ impl Fs {
 
     fn sync_file(&self, ino: Ino, datasync: bool, promise: Promise) -> FsResult<()> {
         let fs = self.inner();
-        let (tid, flush, fast_commit) = {
+        let (tid, flush, in_flight, fast_commit) = {
             let mut st = self.lock()?;
-            let (tid, flush) = file::prepare_sync(fs, &mut st, ino, datasync)?;
+            let (tid, flush, in_flight) = file::prepare_sync(fs, &mut st, ino, datasync)?;
             let fast_commit = match (tid, promise) {
-                (Some(tid), Promise::Durable) => Some(fast_commit::plan(fs, &mut st, ino, tid)?),
+                (Some(tid), Promise::Durable) => Some(fast_commit::plan(fs, &mut st, ino, tid)),
                 _ => None,
             };
-            (tid, flush, fast_commit)
+            (tid, flush, in_flight, fast_commit)
         };
+        // Other threads' operations go on while this file's data transfers.
+        in_flight.finish(fs)?;
+        let fast_commit = fast_commit.transpose()?;
         match (tid, promise) {
             (Some(tid), Promise::Durable) => {
                 let plan = fast_commit.expect("planned for every durable sync with a tid");
@@ -615,8 +622,8 @@ impl Fs {
     /// Does now what the writeback thread does on its next tick: writes back expired and
     /// excess dirty data and dirty inode times, without waiting for a commit.
     pub fn writeback_now(&self) -> FsResult<()> {
-        let mut st = self.lock()?;
-        crate::writeback_policy::writeback_due(self.inner(), &mut st)
+        drop(self.lock()?);
+        crate::writeback_policy::writeback_due(self.inner())
     }
 
     /// The device's IO counters.

@@ -4,6 +4,7 @@
 //! ignores one, because a silently ignored `data=journal` is a durability bug.
 
 use crate::error::{FsError, FsResult};
+use jext_io::EngineKind;
 use jext_journal::CommitMode;
 use std::fmt;
 use std::ops::RangeInclusive;
@@ -105,6 +106,11 @@ pub struct MountOptions {
     pub journal_commit: CommitMode,
     /// `ijournal=single` (default) / `ijournal=percore`.
     pub ijournal: IJournal,
+    /// `io_engine=auto` (default) / `inline` / `threads` / `io_uring`: how writes reach
+    /// the device. `auto` takes the device's own queue (the simulator's), else io_uring
+    /// on an `O_DIRECT` block device, else a thread pool, each 32 commands deep; `inline`
+    /// writes on the calling thread, one at a time.
+    pub io_engine: EngineKind,
 }
 
 impl Default for MountOptions {
@@ -121,6 +127,7 @@ impl Default for MountOptions {
             no_dir_atime: false,
             journal_commit: CommitMode::default(),
             ijournal: IJournal::Single,
+            io_engine: EngineKind::Auto,
         }
     }
 }
@@ -231,6 +238,22 @@ impl MountOptions {
                 }
             }
             "cache_size" => self.cache_size_bytes = parse_size(name, need_value()?)?,
+            "io_engine" => {
+                let wanted = need_value()?;
+                self.io_engine = [
+                    EngineKind::Auto,
+                    EngineKind::Inline,
+                    EngineKind::Threads,
+                    EngineKind::Uring,
+                ]
+                .into_iter()
+                .find(|kind| kind.name() == wanted)
+                .ok_or_else(|| {
+                    FsError::Invalid(format!(
+                        "io_engine={wanted}: expected io_engine=auto, inline, threads or io_uring"
+                    ))
+                })?;
+            }
             "journal_commit" => {
                 self.journal_commit = match need_value()? {
                     "single_io" => CommitMode::SingleIo,
@@ -368,6 +391,10 @@ mod tests {
             let text = format!("journal_commit={}", mode.name());
             assert_eq!(MountOptions::parse(&text).unwrap().journal_commit, mode);
         }
+        for kind in [EngineKind::Inline, EngineKind::Threads, EngineKind::Uring] {
+            let text = format!("io_engine={}", kind.name());
+            assert_eq!(MountOptions::parse(&text).unwrap().io_engine, kind);
+        }
     }
 
     #[test]
@@ -381,6 +408,7 @@ mod tests {
             ("cache_size=lots", "cache_size=lots"),
             ("journal_commit=fast", "journal_commit=fast"),
             ("ijournal=shared", "ijournal=shared"),
+            ("io_engine=aio", "io_engine=aio"),
         ] {
             let err = MountOptions::parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");

@@ -3,7 +3,9 @@
 //!
 //! Lock order: the `state` mutex, then (inside the journal) the journal's own lock. No code
 //! waits for a commit while holding `state`, and the commit thread never takes it, so a
-//! commit can always finish.
+//! commit can always finish. fsync and the background writeback wait for their data
+//! writes with `state` released (`file::DataInFlight`); other paths that write data back
+//! (dirty throttling, a journal-mode switch, unmount) still wait under it.
 
 use crate::alloc::AllocState;
 use crate::format::group_desc::GroupCsum;

@@ -12,6 +12,7 @@
 //! unwinds: its handle would otherwise stop and let the half-made change commit.
 
 use crate::error::{FsError, FsResult};
+use crate::file::DataInFlight;
 use crate::format::inode::Inode;
 use crate::meta::{MetaIo, MetaRead};
 use crate::state::{FsInner, FsState, InodeInfo};
@@ -24,6 +25,8 @@ pub(crate) struct Tx<'a> {
     handle: Option<Handle>,
     /// Something was changed through this handle.
     dirtied: bool,
+    /// Data writes issued under this handle and not yet seen complete.
+    in_flight: DataInFlight,
 }
 
 impl<'a> Tx<'a> {
@@ -37,6 +40,7 @@ impl<'a> Tx<'a> {
             st,
             handle: Some(handle),
             dirtied: false,
+            in_flight: DataInFlight::default(),
         })
     }
 
@@ -62,8 +66,12 @@ impl<'a> Tx<'a> {
     }
 
     /// Ends the operation: on success the handle stops; on failure after changes the
-    /// journal is aborted so the partial operation never commits.
+    /// journal is aborted so the partial operation never commits. Data writes issued under
+    /// the handle are waited for first (with the lock held).
     pub fn end<T>(mut self, result: FsResult<T>) -> FsResult<T> {
+        let in_flight = std::mem::take(&mut self.in_flight);
+        let written = in_flight.finish_locked(self.fs, self.st);
+        let result = result.and_then(|value| written.map(|()| value));
         if let Err(err) = &result {
             if self.dirtied {
                 let reason = format!("an operation failed after changing metadata: {err}");
@@ -75,6 +83,32 @@ impl<'a> Tx<'a> {
             handle.stop();
         }
         result
+    }
+
+    /// Ends the operation like [`Tx::end`], except that on success the data writes issued
+    /// under the handle are not waited for: they come back with the handle, which stays
+    /// open until [`DataInFlight::finish`] (the caller releases the lock first).
+    pub fn end_with_data_in_flight<T>(
+        mut self,
+        result: FsResult<T>,
+    ) -> FsResult<(T, DataInFlight)> {
+        if result.is_err() || self.in_flight.is_empty() {
+            return self
+                .end(result)
+                .map(|value| (value, DataInFlight::default()));
+        }
+        let mut in_flight = std::mem::take(&mut self.in_flight);
+        let handle = self
+            .handle
+            .take()
+            .expect("a Tx has its handle until it ends");
+        in_flight.hold_handle(handle, self.dirtied);
+        result.map(|value| (value, in_flight))
+    }
+
+    /// Data writes now in flight for this handle: it stays open until they complete.
+    pub fn data_in_flight(&mut self, issued: DataInFlight) {
+        self.in_flight.absorb(issued);
     }
 
     /// The cached buffer of `block`.

@@ -3,6 +3,10 @@
 //! then the oldest files until dirty data is under the background threshold, then inodes
 //! whose only change is their times (`WritebackPolicy` holds the numbers).
 //!
+//! Each file's data writes go in flight under the file system lock and are waited for
+//! with it released, so an fsync or a write of another file is not held up for the
+//! whole tick's IO, only for one file's planning.
+//!
 //! Promises: a tick does nothing on a read-only or failed file system, and an error it
 //! meets is recorded as the file system's error (which then refuses changes) instead of
 //! being lost with the thread.
@@ -15,33 +19,70 @@ use std::time::{Duration, Instant};
 
 impl WritebackTarget for FsInner {
     fn writeback_tick(&self) {
-        let mut st = self.state.lock();
-        if st.error.is_some() || self.journal.aborted().is_some() || self.is_read_only() {
-            return;
-        }
-        if let Err(err) = writeback_due(self, &mut st) {
-            st.error
+        if let Err(err) = writeback_due(self) {
+            self.state
+                .lock()
+                .error
                 .get_or_insert(format!("background writeback failed: {err}"));
         }
     }
 }
 
+/// Why a file is written back on this tick.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// Its oldest dirty page passed the expiry.
+    Expired,
+    /// Dirty data is over the background threshold; oldest dirtied first.
+    OverBackground,
+    /// Only its inode (times) is dirty.
+    Times,
+}
+
 /// What the writeback thread does each tick: data older than the expiry, then enough to
 /// get under the background threshold, then inodes whose only change is their times.
-pub(crate) fn writeback_due(fs: &FsInner, st: &mut FsState) -> FsResult<()> {
+/// Nothing on a read-only or failed file system.
+pub(crate) fn writeback_due(fs: &FsInner) -> FsResult<()> {
     let policy = WritebackPolicy::default();
     let expire = Duration::from_millis(policy.expire_ms);
     let now = Instant::now();
-    for (ino, since) in st.pages.dirty_files() {
-        if now.duration_since(since) >= expire {
-            file::writeback(fs, st, ino, true)?;
+    let candidates: Vec<(u32, Due)> = {
+        let st = fs.state.lock();
+        if !may_write_back(fs, &st) {
+            return Ok(());
         }
+        let files = st.pages.dirty_files();
+        let expired = files
+            .iter()
+            .filter(|(_, since)| now.duration_since(*since) >= expire)
+            .map(|(ino, _)| (*ino, Due::Expired));
+        let oldest = files.iter().map(|(ino, _)| (*ino, Due::OverBackground));
+        let times = st.dirty_inodes().into_iter().map(|ino| (ino, Due::Times));
+        expired.chain(oldest).chain(times).collect()
+    };
+    for (ino, due) in candidates {
+        let in_flight = {
+            let mut st = fs.state.lock();
+            if !may_write_back(fs, &st) {
+                return Ok(());
+            }
+            let background = st.pages.capacity_bytes() / 100 * policy.background_percent as usize;
+            let wanted = match due {
+                Due::Expired => st.pages.has_dirty(ino),
+                Due::OverBackground => st.pages.dirty_bytes() > background,
+                Due::Times => st.inodes.get(&ino).is_some_and(|i| i.dirty),
+            };
+            if !wanted {
+                continue;
+            }
+            file::issue_writeback(fs, &mut st, ino, true)?.1
+        };
+        in_flight.finish(fs)?;
     }
-    let background = st.pages.capacity_bytes() / 100 * policy.background_percent as usize;
-    file::write_back_oldest(fs, st, background, true)?;
-    for ino in st.dirty_inodes() {
-        file::writeback(fs, st, ino, true)?;
-    }
-    st.pages.evict_over_capacity();
+    fs.state.lock().pages.evict_over_capacity();
     Ok(())
+}
+
+fn may_write_back(fs: &FsInner, st: &FsState) -> bool {
+    st.error.is_none() && fs.journal.aborted().is_none() && !fs.is_read_only()
 }

@@ -2,11 +2,14 @@
 //! i-transactions to per-core rings; after a crash (the simulated disk keeps only what
 //! was durable) jext's recovery brings back every fsync that returned, `e2fsck -fn` finds
 //! the result clean, and Linux refuses the crashed image while the private bit is set.
+//! The same runs on a device with a latency model, whose commands complete
+//! asynchronously: data writes are then truly in flight while other threads plan and
+//! commit, and the crash keeps only what was durable at that moment.
 
 mod common;
 
 use common::{assert_e2fsck_clean, LoopMount, Scratch};
-use jext_device::SimDevice;
+use jext_device::{Preset, SimDevice};
 use jext_fs::debug::DebugWhat;
 use jext_fs::{mkfs, Fs, IJournal, MkfsOptions, MountOptions};
 use std::process::Command;
@@ -29,8 +32,12 @@ fn percore() -> MountOptions {
     options(IJournal::PerCore)
 }
 
-fn fresh_device() -> Arc<SimDevice> {
-    let dev = Arc::new(SimDevice::new(256 << 20));
+fn fresh_device(latency: Option<Preset>) -> Arc<SimDevice> {
+    let dev = SimDevice::new(256 << 20);
+    let dev = Arc::new(match latency {
+        Some(preset) => dev.with_latency(preset.model()),
+        None => dev,
+    });
     // A 64 MiB journal: 256 fast-commit blocks, so every fsync here fits the rings
     // without a fallback and the crash finds live i-transactions.
     let opts = MkfsOptions {
@@ -64,19 +71,28 @@ fn journal_dump(dev: &Arc<SimDevice>) -> String {
 
 #[test]
 fn concurrent_fsyncs_in_rings_survive_a_crash() {
-    concurrent_fsyncs_survive_a_crash(IJournal::PerCore, "percore-crash");
+    concurrent_fsyncs_survive_a_crash(IJournal::PerCore, None, "percore-crash");
+}
+
+/// On a supercapacitor SSD's timing (cheap flushes, so the run stays short), with writes
+/// completing on the device's own timeline.
+#[test]
+fn concurrent_fsyncs_on_an_asynchronous_device_survive_a_crash() {
+    for ijournal in [IJournal::Single, IJournal::PerCore] {
+        concurrent_fsyncs_survive_a_crash(ijournal, Some(Preset::SupercapSsd), "async-crash");
+    }
 }
 
 /// The same in the one ext4 area, where fsyncs that arrive while a fast commit is being
 /// written go out together as the next one (group commit).
 #[test]
 fn concurrent_fsyncs_in_the_one_area_survive_a_crash() {
-    concurrent_fsyncs_survive_a_crash(IJournal::Single, "single-area-crash");
+    concurrent_fsyncs_survive_a_crash(IJournal::Single, None, "single-area-crash");
 }
 
-fn concurrent_fsyncs_survive_a_crash(ijournal: IJournal, name: &str) {
+fn concurrent_fsyncs_survive_a_crash(ijournal: IJournal, latency: Option<Preset>, name: &str) {
     let scratch = Scratch::new(name);
-    let dev = fresh_device();
+    let dev = fresh_device(latency);
     let fs = Arc::new(Fs::open(dev.clone(), options(ijournal)).unwrap());
     // Half the files exist durably before; the other half are created by the threads
     // (their names go in the i-transactions).
@@ -204,7 +220,7 @@ fn linux_refuses_the_journal_while_the_bit_is_set() {
         return;
     }
     let scratch = Scratch::new("percore-linux");
-    let dev = fresh_device();
+    let dev = fresh_device(None);
     let fs = Fs::open(dev.clone(), percore()).unwrap();
     fs.create_file("/kept", 0o644).unwrap();
     fs.sync().unwrap();

@@ -8,14 +8,16 @@
 //! so a crash never shows a file longer than what reached the disk. Must never wait for a
 //! commit (callers do, with the file system lock released).
 
+mod in_flight;
 mod read;
 mod write;
 mod writeback;
 
+pub(crate) use in_flight::DataInFlight;
 use read::page_data;
 pub(crate) use read::read;
-pub(crate) use write::{write, write_back_oldest};
-pub(crate) use writeback::writeback;
+pub(crate) use write::write;
+pub(crate) use writeback::{issue_writeback, writeback};
 use writeback::{release_reservations, sync_size_and_inode};
 
 use crate::blockmap;
@@ -52,17 +54,20 @@ fn load_regular(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
 }
 
 /// Makes `ino` ready to be durable: writes back its data (and metadata unless
-/// `datasync`); returns the transaction to wait for and whether a flush is needed.
+/// `datasync`); returns the transaction to wait for, whether a flush is needed, and the
+/// data writes the caller must finish (with the lock released) before either.
 pub(crate) fn prepare_sync(
     fs: &FsInner,
     st: &mut FsState,
     ino: u32,
     datasync: bool,
-) -> FsResult<(Option<Tid>, bool)> {
+) -> FsResult<(Option<Tid>, bool, DataInFlight)> {
     crate::inodes::load(fs, st, ino)?;
-    if !fs.is_read_only() {
-        writeback(fs, st, ino, !datasync)?;
-    }
+    let in_flight = if fs.is_read_only() {
+        DataInFlight::default()
+    } else {
+        issue_writeback(fs, st, ino, !datasync)?.1
+    };
     let committed = fs.journal.committed_tid();
     let info = st.inodes.get_mut(&ino).expect("loaded");
     // A directory's entries are its data: fdatasync of a directory must make them durable
@@ -75,7 +80,7 @@ pub(crate) fn prepare_sync(
     };
     let tid = wanted.filter(|t| !tid_geq(committed, *t));
     let flush = std::mem::take(&mut info.unflushed_data);
-    Ok((tid, flush))
+    Ok((tid, flush, in_flight))
 }
 
 fn later_tid(a: Option<Tid>, b: Option<Tid>) -> Option<Tid> {

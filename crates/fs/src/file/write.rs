@@ -121,7 +121,7 @@ fn balance_dirty(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
 /// Writes back files, oldest dirtied first, until no more than `limit_bytes` are dirty.
 /// The order is taken once: sorting every dirty file again after each one made a cache
 /// full of small files quadratic.
-pub(crate) fn write_back_oldest(
+fn write_back_oldest(
     fs: &FsInner,
     st: &mut FsState,
     limit_bytes: usize,

@@ -3,11 +3,17 @@
 //! transaction cannot commit before the data was sent (data=ordered); the commit's
 //! preflush then makes both durable. With data=journal the pages go through the journal.
 //!
+//! Data writes go in flight ([`super::DataInFlight`]): the last batch's writes, and the
+//! handle that maps their blocks, come back to the caller, who may wait for them with the
+//! lock released (fsync does); earlier batches are waited for before the next handle
+//! starts.
+//!
 //! Promises: the on-disk size only grows in the transaction that maps the data under it,
 //! so a crash never shows a file longer than what reached the disk. Must never write a
 //! page into a block another file may still own (blocks freed by uncommitted transactions
 //! are not reused).
 
+use super::DataInFlight;
 use crate::blockmap;
 use crate::error::FsResult;
 use crate::state::{FsInner, FsState};
@@ -18,25 +24,43 @@ use jext_journal::Tid;
 /// Pages written back in one transaction.
 const WRITEBACK_BATCH_PAGES: usize = 2048;
 
-/// Writes back the dirty pages of `ino` (and, with `with_times`, its timestamps);
-/// returns the last transaction used, if any.
+/// Writes back the dirty pages of `ino` (and, with `with_times`, its timestamps) and
+/// waits for the writes; returns the last transaction used, if any.
 pub(crate) fn writeback(
     fs: &FsInner,
     st: &mut FsState,
     ino: u32,
     with_times: bool,
 ) -> FsResult<Option<Tid>> {
+    let (tid, in_flight) = issue_writeback(fs, st, ino, with_times)?;
+    in_flight.finish_locked(fs, st)?;
+    Ok(tid)
+}
+
+/// [`writeback`], except that the last batch's data writes (and the handle mapping their
+/// blocks) are returned in flight for the caller to finish.
+pub(crate) fn issue_writeback(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    with_times: bool,
+) -> FsResult<(Option<Tid>, DataInFlight)> {
     let dirty = st.pages.dirty_indices(ino);
     if !dirty.is_empty() {
         st.note_data_change(ino);
     }
     let mut tid = None;
+    let mut in_flight = DataInFlight::default();
     let journal_data = st
         .inodes
         .get(&ino)
         .is_some_and(|i| fs.journals_data(&i.raw));
     for batch in batches(fs, journal_data, &dirty) {
-        tid = writeback_batch(fs, st, ino, batch, with_times)?.or(tid);
+        // A handle held open by data in flight must stop before the next one starts.
+        std::mem::take(&mut in_flight).finish_locked(fs, st)?;
+        let (batch_tid, batch_in_flight) = writeback_batch(fs, st, ino, batch, with_times)?;
+        tid = batch_tid.or(tid);
+        in_flight = batch_in_flight;
     }
     let info = st.inodes.get(&ino);
     let size_unwritten = info.is_some_and(|i| i.raw.size() != i.size && i.is_reg());
@@ -47,7 +71,7 @@ pub(crate) fn writeback(
         let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
         tid = Some(tx.end(r)?);
     }
-    Ok(tid)
+    Ok((tid, in_flight))
 }
 
 /// Sets the on-disk size as far as `written_end` allows and journals the inode.
@@ -128,7 +152,7 @@ fn writeback_batch(
     ino: u32,
     pages: &[u64],
     with_times: bool,
-) -> FsResult<Option<Tid>> {
+) -> FsResult<(Option<Tid>, DataInFlight)> {
     let raw = st.inodes[&ino].raw.clone();
     let journal_data = fs.journals_data(&raw);
     let runs = consecutive_runs(pages);
@@ -149,9 +173,9 @@ fn writeback_batch(
     }
     if !(needs_blocks || any_unwritten || journal_data || grows || with_times) {
         // Pure overwrite of mapped blocks: no metadata changes, no handle.
-        write_pages_in_place(fs, st, ino, &raw, &runs)?;
+        let in_flight = write_pages_in_place(fs, st, ino, &raw, &runs)?;
         st.inodes.get_mut(&ino).expect("loaded").unflushed_data = true;
-        return Ok(None);
+        return Ok((None, in_flight));
     }
     let mut tx = Tx::begin(fs, st, batch_credits(runs.len(), pages.len(), journal_data))?;
     let r = (|| {
@@ -160,7 +184,8 @@ fn writeback_batch(
         }
         sync_size_and_inode(&mut tx, ino, last_end)
     })();
-    tx.end(r).map(Some)
+    let (tid, in_flight) = tx.end_with_data_in_flight(r)?;
+    Ok((Some(tid), in_flight))
 }
 
 /// (first index, length) of each run of consecutive indices.
@@ -181,30 +206,32 @@ fn write_pages_in_place(
     ino: u32,
     raw: &crate::format::inode::Inode,
     runs: &[(u64, u64)],
-) -> FsResult<()> {
+) -> FsResult<DataInFlight> {
     let bs = u64::from(fs.geo.block_size);
-    let mut requests = Vec::new();
+    let mut blocks = Vec::new();
     for &(first, len) in runs {
         for index in first..first + len {
             let (Mapping::Written(phys), _) = mapping_at(fs, ino, raw, index)? else {
                 unreachable!("only mapped pages are written in place");
             };
-            let data = st
-                .pages
-                .get(ino, index)
-                .expect("dirty pages are cached")
-                .data()
-                .clone();
-            requests.push(WriteRequest::new(phys * bs, data, IoFlags::empty()));
+            blocks.push((index, phys));
         }
     }
-    fs.io.submit(requests).wait()?;
-    for &(first, len) in runs {
-        for index in first..first + len {
-            st.pages.mark_clean(ino, index);
-        }
+    let mut requests = Vec::new();
+    let mut pages = Vec::new();
+    for (index, phys) in blocks {
+        let page = st
+            .pages
+            .start_writeback(ino, index)
+            .expect("dirty pages are cached");
+        requests.push(WriteRequest::new(
+            phys * bs,
+            page.data.clone(),
+            IoFlags::empty(),
+        ));
+        pages.push(page);
     }
-    Ok(())
+    Ok(DataInFlight::issued(fs.io.submit(requests), pages))
 }
 
 /// Writes one run of dirty pages, allocating or converting blocks as needed.
@@ -304,13 +331,14 @@ fn put_data(
     let Run { index, phys, count } = run;
     let bs = u64::from(tx.fs.geo.block_size);
     let mut requests = Vec::new();
+    let mut pages = Vec::new();
     for i in 0..count {
-        let Some(page) = tx.st.pages.get(ino, index + i) else {
-            continue;
-        };
-        let data = page.data().clone();
         let block = phys + i;
         if journal_data {
+            let Some(page) = tx.st.pages.get(ino, index + i) else {
+                continue;
+            };
+            let data = page.data().clone();
             let buf = match tx.fs.cache.peek(block) {
                 Some(buf) => buf,
                 None => tx.fs.cache.get_new(block),
@@ -319,13 +347,24 @@ fn put_data(
             // The data now lives in this transaction: fdatasync must wait for it even
             // when nothing else about the file changed (an overwrite in place).
             tx.mark_datasync(ino);
+            tx.st.pages.mark_clean(ino, index + i);
         } else {
-            requests.push(WriteRequest::new(block * bs, data, IoFlags::ORDERED));
+            let page = tx
+                .st
+                .pages
+                .start_writeback(ino, index + i)
+                .expect("the pages of a run are cached and dirty");
+            requests.push(WriteRequest::new(
+                block * bs,
+                page.data.clone(),
+                IoFlags::ORDERED,
+            ));
+            pages.push(page);
         }
-        tx.st.pages.mark_clean(ino, index + i);
     }
     if !requests.is_empty() {
-        tx.fs.io.submit(requests).wait()?;
+        let ticket = tx.fs.io.submit(requests);
+        tx.data_in_flight(DataInFlight::issued(ticket, pages));
         // data=writeback promises no order between data and the commit that maps it.
         if newly_mapped && tx.fs.options.data_mode != crate::options::DataMode::Writeback {
             tx.note_ordered_data();

@@ -1,0 +1,139 @@
+//! Data writes in flight: what writeback issued and has not yet seen complete, with the
+//! journal handle that must stay open until it did.
+//!
+//! Writeback issues a file's data writes under the file system lock and, where the caller
+//! can, waits for them after releasing it, so that other threads' operations (and their
+//! data writes) go on while this one's transfer. The handle that maps newly allocated
+//! blocks stays open until their data transferred: its transaction cannot commit (nor a
+//! fast commit carry it) before the data reached the device, which is what data=ordered
+//! promises. The pages stay pinned in the page cache meanwhile (a read that missed the
+//! cache would see the device's older bytes).
+//!
+//! Promises: [`DataInFlight::finish`] waits for the writes, then stops the handle, and
+//! only then takes the lock, to unpin the pages; a failed write aborts the journal when
+//! the handle changed metadata (the mapping of blocks whose data never arrived must not
+//! commit) and leaves an overwritten page dirty otherwise. Must never be held by a thread
+//! that starts another handle before finishing it: that start may wait for a commit that
+//! waits for this handle.
+
+use crate::error::{FsError, FsResult};
+use crate::state::{FsInner, FsState};
+use jext_cache::PageWriteback;
+use jext_device::DeviceError;
+use jext_io::IoTicket;
+use jext_journal::Handle;
+
+/// See the module documentation.
+#[derive(Default)]
+#[must_use = "data in flight must be finished: its handle is still open"]
+pub(crate) struct DataInFlight {
+    tickets: Vec<IoTicket>,
+    pages: Vec<PageWriteback>,
+    /// The handle of the transaction that maps (or converts) the blocks written, if one.
+    handle: Option<Handle>,
+    /// The handle changed metadata: a failed write must keep its transaction from
+    /// committing.
+    handle_dirtied: bool,
+}
+
+impl DataInFlight {
+    /// Writes issued for `pages` (already marked in flight in the page cache).
+    pub fn issued(ticket: IoTicket, pages: Vec<PageWriteback>) -> DataInFlight {
+        DataInFlight {
+            tickets: vec![ticket],
+            pages,
+            handle: None,
+            handle_dirtied: false,
+        }
+    }
+
+    /// Takes `other`'s writes too.
+    pub fn absorb(&mut self, other: DataInFlight) {
+        let DataInFlight {
+            tickets,
+            pages,
+            handle,
+            handle_dirtied,
+        } = other;
+        assert!(
+            self.handle.is_none() || handle.is_none(),
+            "data in flight holds at most one handle"
+        );
+        self.tickets.extend(tickets);
+        self.pages.extend(pages);
+        if handle.is_some() {
+            self.handle = handle;
+            self.handle_dirtied = handle_dirtied;
+        }
+    }
+
+    /// Keeps `handle` open until the writes completed.
+    pub fn hold_handle(&mut self, handle: Handle, dirtied: bool) {
+        assert!(
+            self.handle.is_none(),
+            "data in flight holds at most one handle"
+        );
+        self.handle = Some(handle);
+        self.handle_dirtied = dirtied;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tickets.is_empty() && self.handle.is_none()
+    }
+
+    /// Waits for the writes with the file system lock released (the caller must not hold
+    /// it), stops the handle, then unpins the pages under the lock.
+    pub fn finish(mut self, fs: &FsInner) -> FsResult<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let failure = self.wait_and_stop(fs);
+        let mut st = fs.state.lock();
+        self.unpin(&mut st, failure)
+    }
+
+    /// The same, for a caller that holds the lock (it waits under it, as before writes
+    /// went in flight).
+    pub fn finish_locked(mut self, fs: &FsInner, st: &mut FsState) -> FsResult<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let failure = self.wait_and_stop(fs);
+        self.unpin(st, failure)
+    }
+
+    /// Waits for every write; on a failure under a handle that changed metadata, aborts
+    /// the journal before the handle stops. Returns the first failure.
+    fn wait_and_stop(&mut self, fs: &FsInner) -> Option<DeviceError> {
+        let mut failure = None;
+        for ticket in self.tickets.drain(..) {
+            if let Err(err) = ticket.wait() {
+                failure.get_or_insert(err);
+            }
+        }
+        if let (Some(err), true) = (&failure, self.handle_dirtied) {
+            fs.journal
+                .abort(format!("a data write under a transaction failed: {err}"));
+        }
+        if let Some(handle) = self.handle.take() {
+            handle.stop();
+        }
+        failure
+    }
+
+    fn unpin(self, st: &mut FsState, failure: Option<DeviceError>) -> FsResult<()> {
+        for page in &self.pages {
+            st.pages.end_writeback(page, failure.is_some());
+        }
+        match failure {
+            None => Ok(()),
+            Some(err) => {
+                if self.handle_dirtied {
+                    st.error
+                        .get_or_insert(format!("a data write under a transaction failed: {err}"));
+                }
+                Err(FsError::Device(err))
+            }
+        }
+    }
+}
