@@ -475,6 +475,12 @@ impl Fs {
         let (tid, flush, in_flight, fast_commit) = {
             let mut st = self.lock()?;
             let (tid, flush, in_flight) = file::prepare_sync(fs, &mut st, ino, datasync)?;
+            let tid = match (tid, promise) {
+                (Some(t), Promise::Durable) if fast_commit::already_durable(fs, &st, ino, t) => {
+                    None
+                }
+                _ => tid,
+            };
             let fast_commit = match (tid, promise) {
                 (Some(tid), Promise::Durable) => Some(fast_commit::plan(fs, &mut st, ino, tid)),
                 _ => None,
@@ -487,7 +493,9 @@ impl Fs {
         match (tid, promise) {
             (Some(tid), Promise::Durable) => {
                 let plan = fast_commit.expect("planned for every durable sync with a tid");
+                let file = plan.as_ref().ok().and_then(|p| p.file);
                 if fast_commit::write(fs, plan)? {
+                    fast_commit::note_durable(&mut fs.state.lock(), tid, file);
                     // The fast commit's preflush made the overwritten data durable too.
                     return Ok(());
                 }
@@ -734,9 +742,9 @@ enum Promise {
 }
 
 fn touch_ctime(tx: &mut Tx, ino: u32) -> FsResult<()> {
-    tx.inode(ino)?
-        .raw
-        .set_ctime(inode_time(crate::types::Timestamp::now()));
+    let info = tx.inode(ino)?;
+    info.raw
+        .set_ctime(crate::inodes::stamp(info, crate::types::Timestamp::now()));
     tx.write_inode(ino)
 }
 
@@ -795,9 +803,11 @@ fn apply_attrs(tx: &mut Tx, ino: u32, attr: &SetAttr) -> FsResult<()> {
         let keep = raw.flags() & !iflags::USER_MODIFIABLE;
         raw.set_flags(keep | wanted);
     }
-    raw.set_ctime(inode_time(
-        attr.ctime.unwrap_or_else(crate::types::Timestamp::now),
-    ));
+    let ctime = match attr.ctime {
+        Some(t) => inode_time(t),
+        None => crate::inodes::stamp(info, crate::types::Timestamp::now()),
+    };
+    info.raw.set_ctime(ctime);
     tx.write_inode(ino)
 }
 

@@ -11,6 +11,7 @@ use crate::groups::read_desc;
 use crate::state::{FsInner, FsState, InodeInfo};
 use crate::types::{FileKind, Stat, Timestamp};
 use jext_journal::Tid;
+use std::sync::atomic::Ordering;
 
 /// Extra inode bytes jext gives new inodes (ext4's `s_want_extra_isize` default).
 const WANT_EXTRA_ISIZE: u16 = 32;
@@ -153,8 +154,21 @@ pub(crate) fn inode_time(t: Timestamp) -> InodeTime {
     }
 }
 
-/// What `stat` shows of a cached inode.
+/// The time to stamp a change of `info` with (its ctime, and mtime where the change moves
+/// it): `coarse` (the operation's clock-tick time, [`Timestamp::now`]) unless someone read
+/// the inode's times since they last changed, in which case the exact time, so that the
+/// change shows (Linux's multigrain timestamps, 6.13 on).
+pub(crate) fn stamp(info: &InodeInfo, coarse: Timestamp) -> InodeTime {
+    if info.times_queried.swap(false, Ordering::Relaxed) {
+        inode_time(Timestamp::now_fine().max(coarse))
+    } else {
+        inode_time(coarse)
+    }
+}
+
+/// What `stat` shows of a cached inode (which marks its times as read, see [`stamp`]).
 pub(crate) fn stat(fs: &FsInner, ino: u32, info: &InodeInfo) -> FsResult<Stat> {
+    info.times_queried.store(true, Ordering::Relaxed);
     let raw = &info.raw;
     let kind = FileKind::from_mode(info.mode()).ok_or_else(|| {
         FsError::Inconsistent(format!(

@@ -13,7 +13,8 @@ use crate::fast_commit::{Ineligible, NewName};
 use crate::format::acl::Acl;
 use crate::format::inode::{flags, Inode};
 use crate::inode_guard;
-use crate::inodes::{inode_time, new_record, set_device_number};
+use crate::inodes::stamp;
+use crate::inodes::{new_record, set_device_number};
 use crate::state::{FsInner, FsState};
 use crate::truncate::delete_inode;
 use crate::tx::Tx;
@@ -115,8 +116,9 @@ fn now() -> Timestamp {
 
 fn touch_dir(tx: &mut Tx, ino: u32, t: Timestamp) -> FsResult<()> {
     let info = tx.inode(ino)?;
-    info.raw.set_mtime(inode_time(t));
-    info.raw.set_ctime(inode_time(t));
+    let t = stamp(info, t);
+    info.raw.set_mtime(t);
+    info.raw.set_ctime(t);
     Ok(())
 }
 
@@ -364,7 +366,7 @@ pub(crate) fn link(
         let t = now();
         let info = tx.inode(ino)?;
         info.raw.set_links_count(info.raw.links_count() + 1);
-        info.raw.set_ctime(inode_time(t));
+        info.raw.set_ctime(stamp(info, t));
         tx.write_inode(ino)?;
         // jext promises that fdatasync makes a file reachable by the name it was called
         // through, so a new name is part of what fdatasync waits for.
@@ -444,7 +446,7 @@ fn drop_link(tx: &mut Tx, ino: u32, is_dir: bool, t: Timestamp) -> FsResult<bool
         info.raw.links_count().saturating_sub(1)
     };
     info.raw.set_links_count(links);
-    info.raw.set_ctime(inode_time(t));
+    info.raw.set_ctime(stamp(info, t));
     if links == 0 {
         orphan::add(tx, ino)?;
         Ok(true)
@@ -663,7 +665,8 @@ fn exchange(tx: &mut Tx, m: &Moves, dst: dir::Found) -> FsResult<()> {
             add_subdir_link(tx, m.src_parent)?;
         }
     }
-    tx.inode(dst.ino)?.raw.set_ctime(inode_time(t));
+    let info = tx.inode(dst.ino)?;
+    info.raw.set_ctime(stamp(info, t));
     tx.write_inode(dst.ino)?;
     finish_times(tx, m, t)
 }
@@ -675,6 +678,7 @@ fn finish_times(tx: &mut Tx, m: &Moves, t: Timestamp) -> FsResult<()> {
         touch_dir(tx, m.dst_parent, t)?;
         tx.write_inode(m.dst_parent)?;
     }
-    tx.inode(m.src.ino)?.raw.set_ctime(inode_time(t));
+    let info = tx.inode(m.src.ino)?;
+    info.raw.set_ctime(stamp(info, t));
     tx.write_inode(m.src.ino)
 }

@@ -14,7 +14,7 @@
 
 use crate::error::{FsError, FsResult};
 use crate::format::inode::Inode;
-use crate::inodes::inode_time;
+use crate::inodes::stamp;
 use crate::state::FsInner;
 use crate::tx::Tx;
 use crate::types::{PrivilegeDrop, Timestamp};
@@ -91,9 +91,9 @@ pub(crate) fn drop_in(tx: &mut Tx, ino: u32, what: &PrivilegeDrop) -> FsResult<(
     if capability {
         xattr_ops::remove(tx, ino, CAPABILITY_XATTR)?;
     }
-    let raw = &mut tx.inode(ino)?.raw;
-    raw.set_mode(kept);
-    raw.set_ctime(inode_time(Timestamp::now()));
+    let info = tx.inode(ino)?;
+    info.raw.set_mode(kept);
+    info.raw.set_ctime(stamp(info, Timestamp::now()));
     tx.write_inode(ino)
 }
 

@@ -133,6 +133,13 @@ pub(crate) struct InodeInfo {
     pub readahead_next: u64,
     /// What its next fast commit must carry.
     pub fc: crate::fast_commit::FcInode,
+    /// Counts the transactions' changes to it (record, block map, size, orphan link): a
+    /// fast commit that carried it as of one count leaves nothing to commit while the
+    /// count stays (`FcInode::fast_committed`).
+    pub journaled_changes: u64,
+    /// Its times were read (stat) since they last changed: the next change is stamped
+    /// with the exact time, not the clock tick's (`inodes::stamp`).
+    pub times_queried: AtomicBool,
 }
 
 impl InodeInfo {
@@ -150,6 +157,8 @@ impl InodeInfo {
             data_seq: 0,
             readahead_next: 0,
             fc: Default::default(),
+            journaled_changes: 0,
+            times_queried: AtomicBool::new(false),
         }
     }
 

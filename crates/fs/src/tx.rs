@@ -165,6 +165,7 @@ impl<'a> Tx<'a> {
             .expect("write_inode of a loaded inode");
         info.dirty = false;
         info.sync_tid = Some(tid);
+        info.journaled_changes += 1;
         let bytes = info.raw.encode(ino, self.fs.csum_seed);
         self.modify(block, |b| {
             b[offset..offset + bytes.len()].copy_from_slice(&bytes)
@@ -184,6 +185,7 @@ impl<'a> Tx<'a> {
         if let Some(info) = self.st.inodes.get_mut(&ino) {
             info.fc.note_changed(from, to, tid);
             info.datasync_tid = Some(tid);
+            info.journaled_changes += 1;
         }
     }
 
@@ -194,6 +196,7 @@ impl<'a> Tx<'a> {
         let tid = self.tid();
         if let Some(info) = self.st.inodes.get_mut(&ino) {
             info.fc.orphan_changed = Some(tid);
+            info.journaled_changes += 1;
         }
     }
 
@@ -219,6 +222,7 @@ impl<'a> Tx<'a> {
         let tid = self.tid();
         if let Some(info) = self.st.inodes.get_mut(&ino) {
             info.datasync_tid = Some(tid);
+            info.journaled_changes += 1;
         }
     }
 

@@ -1,6 +1,7 @@
 //! The types of the library API: what `stat`, `readdir`, `setattr`, `rename` and
 //! `fallocate` speak, independent of how ext4 stores them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// An inode number.
@@ -85,10 +86,56 @@ pub struct Timestamp {
 }
 
 impl Timestamp {
+    /// The time inodes are stamped with: the kernel's coarse clock
+    /// (`CLOCK_REALTIME_COARSE`, one scheduler tick: 4 ms on this project's machine), as
+    /// ext4 stamps them (`current_time`). Writes within one tick leave a file's times as
+    /// they were, so a file overwritten and fsync'd many times a tick commits nothing but
+    /// its data, as on Linux. (Linux 6.13+ takes a fine-grained time instead when the
+    /// inode's times were read since they last changed; jext does not.)
     pub fn now() -> Timestamp {
-        Timestamp::from(SystemTime::now())
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the call's whole duration, and
+        // CLOCK_REALTIME_COARSE exists on every Linux this builds for.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+        if rc != 0 {
+            return Timestamp::now_fine();
+        }
+        let nanoseconds = u32::try_from(ts.tv_nsec).expect("tv_nsec is below 10^9");
+        let coarse = Timestamp {
+            seconds: ts.tv_sec,
+            nanoseconds,
+        };
+        // Never before a fine-grained stamp already handed out: a change after it must
+        // not look older (Linux's multigrain floor).
+        coarse.max(Timestamp::from_nanos(FINE_FLOOR_NS.load(Ordering::Acquire)))
+    }
+
+    /// The exact time, for a change whose old times someone looked at (see
+    /// `inodes::stamp`); later coarse stamps are never before it.
+    pub fn now_fine() -> Timestamp {
+        let t = Timestamp::from(SystemTime::now());
+        FINE_FLOOR_NS.fetch_max(t.as_nanos(), Ordering::AcqRel);
+        t
+    }
+
+    /// Nanoseconds since the epoch (0 for times before it).
+    fn as_nanos(self) -> u64 {
+        u64::try_from(self.seconds).map_or(0, |s| s * 1_000_000_000 + u64::from(self.nanoseconds))
+    }
+
+    fn from_nanos(ns: u64) -> Timestamp {
+        Timestamp {
+            seconds: (ns / 1_000_000_000) as i64,
+            nanoseconds: (ns % 1_000_000_000) as u32,
+        }
     }
 }
+
+/// The latest fine-grained stamp handed out, in nanoseconds since the epoch.
+static FINE_FLOOR_NS: AtomicU64 = AtomicU64::new(0);
 
 impl From<SystemTime> for Timestamp {
     fn from(t: SystemTime) -> Timestamp {
@@ -264,6 +311,14 @@ mod tests {
             },
         ] {
             assert_eq!(Timestamp::from(SystemTime::from(t)), t);
+        }
+    }
+
+    #[test]
+    fn a_coarse_stamp_is_never_before_a_fine_one_handed_out() {
+        for _ in 0..1000 {
+            let fine = Timestamp::now_fine();
+            assert!(Timestamp::now() >= fine, "a later change looked older");
         }
     }
 

@@ -97,6 +97,10 @@ fn a_barrier_on_a_clean_file_still_commits_what_runs() {
     a.write_at(0, A).unwrap();
     a.fsync().unwrap();
     let b = fs.create_file("/b", 0o644).unwrap();
+    // A clock tick (at most 10 ms at HZ=100) after the create, the write moves /b's times,
+    // which makes the writeback pass below write /b back (data and inode) into the
+    // running transaction; within the same tick it would wait for the 30 s expiry.
+    std::thread::sleep(std::time::Duration::from_millis(11));
     b.write_at(0, B).unwrap();
     drop(b);
     fs.writeback_now().unwrap();

@@ -30,3 +30,27 @@ fn jext_writes_a_tree_that_linux_reads_back() {
     );
     assert!(std::fs::read(mount.path("big.bin")).unwrap() == big);
 }
+
+/// Times tick with the kernel's coarse clock, except that a change after someone read the
+/// times always shows (multigrain timestamps): each stat-then-write moves ctime and mtime.
+#[test]
+fn a_change_after_a_stat_moves_the_times() {
+    let dev = std::sync::Arc::new(jext_device::SimDevice::new(64 << 20));
+    jext_fs::mkfs(dev.clone(), &jext_fs::MkfsOptions::default()).unwrap();
+    let fs = Fs::open(dev, MountOptions::default()).unwrap();
+    let f = fs.create_file("/f", 0o644).unwrap();
+    for round in 0..100u8 {
+        let before = f.stat().unwrap();
+        f.write_at(0, &[round]).unwrap();
+        let after = f.stat().unwrap();
+        assert!(
+            after.mtime > before.mtime,
+            "round {round}: mtime did not move"
+        );
+        assert!(
+            after.ctime > before.ctime,
+            "round {round}: ctime did not move"
+        );
+    }
+    fs.unmount().unwrap();
+}

@@ -103,6 +103,9 @@ pub(crate) struct FcInode {
     pub changed: Option<(u32, u32, Tid)>,
     /// The last transaction that put it on or took it off the orphan list.
     pub orphan_changed: Option<Tid>,
+    /// The transaction and `InodeInfo::journaled_changes` its last fast commit that
+    /// became durable carried it as of.
+    pub fast_committed: Option<(Tid, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -211,6 +214,9 @@ pub(crate) struct Plan {
     pub first_ticket_of_tid: u64,
     pub tid: Tid,
     pub records: Vec<FcRecord>,
+    /// The regular file this fast commit makes durable, and its
+    /// `InodeInfo::journaled_changes` as planned.
+    pub file: Option<(u32, u64)>,
 }
 
 /// Turns an fsync of `ino` (whose data was just written back, and whose newest change
@@ -241,7 +247,7 @@ pub(crate) fn plan(
             Ok(records) => records,
             Err(reason) => return Ok(Err(reason)),
         };
-        return Ok(Ok(take_ticket(st, tid, records)));
+        return Ok(Ok(take_ticket(st, tid, records, None)));
     }
     let chain = match new_chain(fs, st, ino, durable)? {
         Ok(chain) => chain,
@@ -269,11 +275,17 @@ pub(crate) fn plan(
             records.push(inode_record(fs, st, ino));
         }
     }
-    Ok(Ok(take_ticket(st, tid, records)))
+    let file = Some((ino, st.inodes[&ino].journaled_changes));
+    Ok(Ok(take_ticket(st, tid, records, file)))
 }
 
 /// The plan for `records`, with the next ticket.
-fn take_ticket(st: &mut FsState, tid: Tid, records: Vec<FcRecord>) -> Plan {
+fn take_ticket(
+    st: &mut FsState,
+    tid: Tid,
+    records: Vec<FcRecord>,
+    file: Option<(u32, u64)>,
+) -> Plan {
     let ticket = st.fc.next_ticket;
     st.fc.next_ticket += 1;
     let first_ticket_of_tid = match st.fc.tid_first_ticket {
@@ -288,6 +300,30 @@ fn take_ticket(st: &mut FsState, tid: Tid, records: Vec<FcRecord>) -> Plan {
         first_ticket_of_tid,
         tid,
         records,
+        file,
+    }
+}
+
+/// Whether an fsync of `ino` wanting transaction `wanted` has nothing to commit: the
+/// file's last durable fast commit carried it in `wanted` and nothing of it changed
+/// since, and no fast commit is owed anything else (an unlink not yet carried, a change
+/// only a full commit can carry). Linux writes the fast commit again; jext only flushes
+/// the data written in place, as ext4 without fast commits does for an inode whose
+/// transaction committed.
+pub(crate) fn already_durable(fs: &FsInner, st: &FsState, ino: u32, wanted: Tid) -> bool {
+    let info = &st.inodes[&ino];
+    info.is_reg()
+        && info.fc.fast_committed == Some((wanted, info.journaled_changes))
+        && st.fc.unlinks.is_empty()
+        && eligible(fs, st, ino).is_ok()
+}
+
+/// Records that `plan`'s fast commit is durable (once `write` said so).
+pub(crate) fn note_durable(st: &mut FsState, tid: Tid, file: Option<(u32, u64)>) {
+    if let Some((ino, changes)) = file {
+        if let Some(info) = st.inodes.get_mut(&ino) {
+            info.fc.fast_committed = Some((tid, changes));
+        }
     }
 }
 

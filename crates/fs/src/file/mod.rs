@@ -23,7 +23,7 @@ use writeback::{release_reservations, sync_size_and_inode};
 use crate::blockmap;
 use crate::error::{FsError, FsResult};
 use crate::format::extent::Extent;
-use crate::inodes::inode_time;
+use crate::inodes::stamp;
 use crate::namei::ensure_space;
 use crate::state::{FsInner, FsState};
 use crate::truncate;
@@ -135,8 +135,8 @@ pub(crate) fn set_size(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) 
         }
         st.alloc.reserved_blocks -= dropped.len() as u64;
     }
-    let t = inode_time(Timestamp::now());
     let info = st.inodes.get_mut(&ino).expect("loaded");
+    let t = stamp(info, Timestamp::now());
     info.size = new_size;
     info.raw.set_mtime(t);
     info.raw.set_ctime(t);
@@ -209,8 +209,8 @@ pub(crate) fn fallocate(
         })();
         tx.end(r)?;
     }
-    let t = inode_time(Timestamp::now());
     let info = st.inodes.get_mut(&ino).expect("loaded");
+    let t = stamp(info, Timestamp::now());
     info.raw.set_ctime(t);
     if !mode.keep_size && end > info.size {
         info.size = end;
@@ -253,8 +253,8 @@ fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -
         st.alloc.reserved_blocks -= dropped.len() as u64;
         truncate::unmap_chunked(fs, st, ino, first_full, end_full)?;
     }
-    let t = inode_time(Timestamp::now());
     let info = st.inodes.get_mut(&ino).expect("loaded");
+    let t = stamp(info, Timestamp::now());
     info.raw.set_mtime(t);
     info.raw.set_ctime(t);
     let mut tx = Tx::begin(fs, st, 4)?;

@@ -11,7 +11,7 @@
 use super::{load_regular, page_data, writeback, MAX_FILE_BLOCKS};
 use crate::blockmap;
 use crate::error::{FsError, FsResult};
-use crate::inodes::inode_time;
+use crate::inodes::stamp;
 use crate::state::{FsInner, FsState};
 use crate::types::Timestamp;
 
@@ -58,12 +58,16 @@ pub(crate) fn write(
     }
     let info = st.inodes.get_mut(&ino).expect("loaded");
     info.size = info.size.max(end);
+    // Only a change of the record dirties the inode (the size is written back with the
+    // data): a write within the clock tick of the last one leaves nothing to commit.
     if touch_times {
-        let t = inode_time(Timestamp::now());
-        info.raw.set_mtime(t);
-        info.raw.set_ctime(t);
+        let t = stamp(info, Timestamp::now());
+        if info.raw.mtime() != t || info.raw.ctime() != t {
+            info.raw.set_mtime(t);
+            info.raw.set_ctime(t);
+            info.dirty = true;
+        }
     }
-    info.dirty = true;
     balance_dirty(fs, st, ino)?;
     Ok(data.len())
 }

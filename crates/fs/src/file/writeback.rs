@@ -171,7 +171,9 @@ fn writeback_batch(
             i += left.max(1);
         }
     }
-    if !(needs_blocks || any_unwritten || journal_data || grows || with_times) {
+    // Times only need a handle when they changed since the inode was last journaled.
+    let times = with_times && info.dirty;
+    if !(needs_blocks || any_unwritten || journal_data || grows || times) {
         // Pure overwrite of mapped blocks: no metadata changes, no handle.
         let in_flight = write_pages_in_place(fs, st, ino, &raw, &runs)?;
         st.inodes.get_mut(&ino).expect("loaded").unflushed_data = true;
