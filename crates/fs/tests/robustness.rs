@@ -330,6 +330,38 @@ fn an_io_error_aborts_the_journal_and_keeps_what_committed() {
     assert_e2fsck_clean(&path);
 }
 
+/// A failed overwrite in place (no transaction maps it) changes no metadata: the fsync
+/// reports EIO, the file system stays writable, the page stays dirty, and the next fsync
+/// writes it again and makes it durable.
+#[test]
+fn a_failed_overwrite_in_place_stays_dirty_for_the_next_fsync() {
+    let dev = fresh(32 << 20);
+    let fs = mount(&dev).unwrap();
+    let f = fs.create_file("/f", 0o644).unwrap();
+    f.write_at(0, &[1u8; 8192]).unwrap();
+    f.fsync().unwrap();
+    f.write_at(4096, &[2u8; 4096]).unwrap();
+    dev.inject(SimFault::FailWritesAfter(0));
+    let err = f.fdatasync().unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
+    dev.clear_faults();
+    fs.create_file("/still-writable", 0o644).unwrap();
+    f.fdatasync().unwrap();
+    drop(f);
+    let after = Arc::new(dev.crash());
+    let fs = mount(&after).unwrap();
+    let ino = fs.resolve("/f").unwrap();
+    let data = fs.read(ino, 0, 8192).unwrap();
+    assert!(
+        data[..4096].iter().all(|&b| b == 1),
+        "the first block as synced"
+    );
+    assert!(
+        data[4096..].iter().all(|&b| b == 2),
+        "the retried overwrite is durable"
+    );
+}
+
 #[test]
 fn many_threads_at_once() {
     let scratch = Scratch::new("threads");
