@@ -239,11 +239,12 @@ pub(crate) fn mount(
         fast_commits_pending,
         fast_commit_rings: match options.ijournal {
             IJournal::Single => 0,
-            // iJournaling's per-core areas; threads migrate, so rings are picked by the
-            // CPU an fsync runs on and then by which is free (TECHNIQUES.md §1.4 item 7).
-            IJournal::PerCore => std::thread::available_parallelism()
-                .map_or(1, |n| n.get() as u32)
-                .clamp(1, 8),
+            // iJournaling's per-core areas (TECHNIQUES.md §1.4 item 7): as many rings as
+            // the format allows, whatever the cores. An fsync spends its time waiting for
+            // the device, not on a CPU, so the fsyncs in flight at once outnumber the
+            // cores (dwsl, 8 threads on 2 cores: 3,324 fsyncs/s with 2 rings, 7,069
+            // with 8).
+            IJournal::PerCore => jext_journal::format::itransaction::MAX_RINGS,
         },
         ..JournalConfig::default()
     };

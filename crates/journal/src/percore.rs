@@ -34,6 +34,7 @@ use crate::{JournalArea, JournalError};
 use jext_io::IoQueue;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The rings and the order their i-transactions settle in.
 pub(crate) struct Rings {
@@ -43,6 +44,8 @@ pub(crate) struct Rings {
     region_blocks: u32,
     order: Mutex<OrderState>,
     settled: Condvar,
+    /// Where the next [`Rings::pick`] starts looking.
+    next_turn: AtomicUsize,
 }
 
 /// One ring: which tid it holds and where its next i-transaction goes.
@@ -82,6 +85,7 @@ impl Rings {
                 first_refused: None,
             }),
             settled: Condvar::new(),
+            next_turn: AtomicUsize::new(0),
         }
     }
 
@@ -89,20 +93,19 @@ impl Rings {
         self.rings.len() as u32
     }
 
-    /// The ring this CPU prefers, or the first free one if that is busy; waits for the
-    /// preferred one if all are busy.
+    /// The first free ring from the next one in turn; waits for that one if all are
+    /// busy. In turn rather than by CPU: there are more rings than cores (fsyncs in
+    /// flight wait for the device, not a CPU), and turns fill the rings evenly, so one
+    /// ring does not run out of room (a full commit) while others sit empty.
     fn pick(&self) -> (u32, MutexGuard<'_, RingState>) {
         let n = self.rings.len();
-        let preferred = current_cpu() % n;
-        if let Some(guard) = self.rings[preferred].try_lock() {
-            return (preferred as u32, guard);
-        }
-        for (i, ring) in self.rings.iter().enumerate() {
-            if let Some(guard) = ring.try_lock() {
+        let first = self.next_turn.fetch_add(1, Ordering::Relaxed) % n;
+        for i in (first..n).chain(0..first) {
+            if let Some(guard) = self.rings[i].try_lock() {
                 return (i as u32, guard);
             }
         }
-        (preferred as u32, self.rings[preferred].lock())
+        (first as u32, self.rings[first].lock())
     }
 
     /// Marks `sub_tid` settled (`refused`: not on disk, a gap for its tid).
@@ -141,13 +144,6 @@ impl Rings {
             self.settled.wait(&mut order);
         }
     }
-}
-
-/// The CPU this thread runs on (0 if the kernel will not say).
-fn current_cpu() -> usize {
-    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
-    let cpu = unsafe { libc::sched_getcpu() };
-    usize::try_from(cpu).unwrap_or(0)
 }
 
 /// Settles its sub-tid as refused if the write ends early (an error): later fsyncs must
