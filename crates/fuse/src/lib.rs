@@ -8,6 +8,7 @@
 //! uses AutoUnmount (a dead daemon's mount stays until unmounted explicitly, as the
 //! machine's rules require). Must never mount over a mount point it cannot stat.
 
+mod caller;
 mod kernel_mount;
 mod loop_device;
 mod ops;

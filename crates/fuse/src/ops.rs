@@ -15,6 +15,7 @@
 //! argument is an errno. Holds no per-open state except the open count the library keeps,
 //! so that an unlinked file lives until its last release.
 
+use crate::caller;
 use crate::requests::RequestCounts;
 use crate::{JEXT_IOC_FBARRIER, JEXT_IOC_FDATABARRIER};
 use fuser::{
@@ -325,7 +326,13 @@ impl JextFuse {
         self.fs.readdir(to_ext4(ino)?, offset).map_err(errno)
     }
 
-    fn ioctl_inner(&self, ino: INodeNo, cmd: u32, in_data: &[u8]) -> Result<Vec<u8>, Errno> {
+    fn ioctl_inner(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        cmd: u32,
+        in_data: &[u8],
+    ) -> Result<Vec<u8>, Errno> {
         let ino = to_ext4(ino)?;
         if FS_IOC_GETFLAGS.contains(&cmd) {
             let flags = self.fs.stat(ino).map_err(errno)?.flags;
@@ -336,12 +343,7 @@ impl JextFuse {
                 .get(..4)
                 .and_then(|b| b.try_into().ok())
                 .ok_or(Errno::EINVAL)?;
-            let change = SetAttr {
-                flags: Some(u32::from_le_bytes(bytes)),
-                ..SetAttr::default()
-            };
-            self.fs.setattr(ino, &change).map_err(errno)?;
-            self.invalidate_attributes(ino);
+            self.set_flags(req, ino, |_| u32::from_le_bytes(bytes))?;
             return Ok(Vec::new());
         }
         if cmd == JEXT_IOC_FBARRIER || cmd == JEXT_IOC_FDATABARRIER {
@@ -360,21 +362,33 @@ impl JextFuse {
                 .get(..4)
                 .and_then(|b| b.try_into().ok())
                 .ok_or(Errno::EINVAL)?;
-            let flags = self.fs.stat(ino).map_err(errno)?.flags;
-            let new = flags_with_xflags(flags, u32::from_le_bytes(bytes));
-            self.fs
-                .setattr(
-                    ino,
-                    &SetAttr {
-                        flags: Some(new),
-                        ..SetAttr::default()
-                    },
-                )
-                .map_err(errno)?;
-            self.invalidate_attributes(ino);
+            self.set_flags(req, ino, |flags| {
+                flags_with_xflags(flags, u32::from_le_bytes(bytes))
+            })?;
             return Ok(Vec::new());
         }
         Err(Errno::ENOTTY)
+    }
+
+    /// `FS_IOC_SETFLAGS` and `FS_IOC_FSSETXATTR`: the flags `new_flags` makes of the
+    /// current ones, after the checks the kernel leaves to the server
+    /// ([`caller::check_flag_change`]).
+    fn set_flags(
+        &self,
+        req: &Request,
+        ino: Ino,
+        new_flags: impl FnOnce(u32) -> u32,
+    ) -> Result<(), Errno> {
+        let now = self.fs.stat(ino).map_err(errno)?;
+        let flags = new_flags(now.flags);
+        caller::check_flag_change(req, now.uid, now.flags, flags)?;
+        let change = SetAttr {
+            flags: Some(flags),
+            ..SetAttr::default()
+        };
+        self.fs.setattr(ino, &change).map_err(errno)?;
+        self.invalidate_attributes(ino);
+        Ok(())
     }
 
     /// What a change drops, when the kernel leaves that to jext: setuid and setgid where
@@ -1022,7 +1036,7 @@ impl Filesystem for JextFuse {
 
     fn ioctl(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
@@ -1031,7 +1045,7 @@ impl Filesystem for JextFuse {
         _out_size: u32,
         reply: ReplyIoctl,
     ) {
-        match self.ioctl_inner(ino, cmd, in_data) {
+        match self.ioctl_inner(req, ino, cmd, in_data) {
             Ok(out) => reply.ioctl(0, &out),
             Err(e) => reply.error(e),
         }

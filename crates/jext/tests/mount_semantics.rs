@@ -305,6 +305,79 @@ fn immutable_and_append_only_hold_for_descriptors_opened_before() {
     e2fsck_clean(&s.image());
 }
 
+/// `chattr` through the mount asks for what ext4 asks for: the owner (or CAP_FOWNER) to
+/// change a file's flags, CAP_LINUX_IMMUTABLE for `i` and `a`, CAP_SYS_RESOURCE for `j`
+/// (data journaling); EPERM otherwise. The kernel leaves these checks to the FUSE server.
+#[test]
+fn flag_changes_ask_for_the_capabilities_ext4_asks_for() {
+    if !can_mount() {
+        return;
+    }
+    let s = Scratch::new("flagcaps");
+    mount(&s, "allow_other");
+    let path = s.mnt().join("f");
+    fs::write(&path, b"data").unwrap();
+    ok("chown", &["65534:65534", p(&path)]);
+    let chattr_as = |setpriv: &[&str], flag: &str| {
+        let mut args = setpriv.to_vec();
+        args.extend(["chattr", flag, p(&path)]);
+        sh("setpriv", &args)
+    };
+    let nobody = [
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+    ];
+    let root_without = |cap: &'static str| {
+        let bounding = format!("--bounding-set=-{cap}");
+        ["--inh-caps=-all".to_string(), bounding]
+    };
+    let refused = |out: std::process::Output, what: &str| {
+        assert!(!out.status.success(), "{what} was allowed");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("not permitted"), "{what}: {stderr}");
+    };
+    // The owner may set flags that need no capability, and nothing more.
+    assert!(
+        chattr_as(&nobody, "+d").status.success(),
+        "the owner sets nodump"
+    );
+    refused(
+        chattr_as(&nobody, "+j"),
+        "j by an owner without CAP_SYS_RESOURCE",
+    );
+    refused(
+        chattr_as(&nobody, "+i"),
+        "i by an owner without CAP_LINUX_IMMUTABLE",
+    );
+    for (cap, flag) in [("sys_resource", "+j"), ("linux_immutable", "+a")] {
+        let args = root_without(cap);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        refused(
+            chattr_as(&args, flag),
+            &format!("{flag} by root without {cap}"),
+        );
+    }
+    ok("chown", &["0:0", p(&path)]);
+    refused(chattr_as(&nobody, "-d"), "a flag change by someone else");
+    if has_capability(CAP_SYS_RESOURCE) {
+        ok("chattr", &["+j", p(&path)]);
+        ok("chattr", &["-j", p(&path)]);
+    } else {
+        eprintln!(
+            "SKIPPED part: chattr +j by a caller with CAP_SYS_RESOURCE (this process lacks it)"
+        );
+        refused(
+            sh("chattr", &["+j", p(&path)]),
+            "j by root without CAP_SYS_RESOURCE",
+        );
+    }
+    ok("chattr", &["-d", p(&path)]);
+    umount(&s);
+    e2fsck_clean(&s.image());
+}
+
 /// Runs `args` as uid and gid 1000 (no supplementary groups); whether it succeeded.
 fn as_user_1000(args: &[&str]) -> bool {
     let mut all = vec!["--reuid=1000", "--regid=1000", "--clear-groups", "--"];

@@ -24,6 +24,34 @@ pub fn can_mount() -> bool {
     true
 }
 
+/// `CAP_SYS_RESOURCE`, which ext4 (and jext's mount) asks for to change `chattr +j`.
+pub const CAP_SYS_RESOURCE: u32 = 24;
+
+/// Whether this process has capability `cap` in its effective set. Some sandboxes drop
+/// CAP_SYS_RESOURCE from every process (the bounding set), root included.
+pub fn has_capability(cap: u32) -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask >> cap & 1 == 1)
+}
+
+/// Sets or clears `j` on `path` of the unmounted image through the library (which, being
+/// the image's owner, asks for no capability).
+pub fn set_journal_flag_offline(image: &Path, path: &str, on: bool) {
+    let fs = jext::Fs::open_path(image, jext::MountOptions::default()).unwrap();
+    let ino = fs.resolve(path).unwrap();
+    let mode = match on {
+        true => jext::FileJournalMode::Data,
+        false => jext::FileJournalMode::Mount,
+    };
+    fs.set_journal_mode(ino, mode).unwrap();
+    fs.unmount().unwrap();
+}
+
 pub struct Scratch {
     pub dir: PathBuf,
 }
