@@ -19,7 +19,7 @@
 use crate::blockmap;
 use crate::error::{FsError, FsResult};
 use crate::format::csum::inode_seed;
-use crate::format::dirent::{self, RawEntry, MAX_NAME_LEN};
+use crate::format::dirent::{self, EntryRef, RawEntry, MAX_NAME_LEN};
 use crate::format::hash::dirhash;
 use crate::format::htree::{self, DxEntry, DxRootInfo, NODE_COUNT_OFFSET, ROOT_COUNT_OFFSET};
 use crate::format::inode::{flags, Inode};
@@ -97,6 +97,21 @@ fn parse_leaf(
     phys: u64,
     bytes: &[u8],
 ) -> FsResult<Vec<RawEntry>> {
+    let mut entries = Vec::new();
+    visit_leaf(fs, ino, raw, phys, bytes, |e| entries.push(e.to_owned()))?;
+    Ok(entries)
+}
+
+/// Checks a leaf (or linear) block's checksum tail, then shows each record to `visit`
+/// as [`dirent::for_each_entry`] does, without copying names.
+fn visit_leaf<'a>(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    phys: u64,
+    bytes: &'a [u8],
+    visit: impl FnMut(EntryRef<'a>),
+) -> FsResult<()> {
     let loc = Location::Block {
         block: phys,
         ino: Some(ino),
@@ -111,7 +126,7 @@ fn parse_leaf(
         }
         dirent::verify_checksum(bytes, seed, loc)?;
     }
-    Ok(dirent::parse_block(bytes, tail(fs), loc)?)
+    Ok(dirent::for_each_entry(bytes, tail(fs), loc, visit)?)
 }
 
 fn hash_version(fs: &FsInner, stored: u8) -> u8 {
@@ -134,23 +149,33 @@ pub(crate) fn lookup(fs: &FsInner, ino: u32, raw: &Inode, name: &[u8]) -> FsResu
     }
     for logical in 0..block_count(fs, raw) {
         let (phys, bytes) = read_block(fs, ino, raw, logical)?;
-        if let Some(found) = search(&parse_leaf(fs, ino, raw, phys, &bytes)?, name, logical) {
+        if let Some(found) = search(fs, ino, raw, (logical, phys, &bytes), name)? {
             return Ok(Some(found));
         }
     }
     Ok(None)
 }
 
-fn search(entries: &[RawEntry], name: &[u8], logical: u32) -> Option<Found> {
-    entries
-        .iter()
-        .find(|e| e.inode != 0 && e.name == name)
-        .map(|e| Found {
-            ino: e.inode,
-            file_type: e.file_type,
-            logical,
-            offset: e.offset,
-        })
+/// Looks `name` up in one leaf (or linear) block at logical block `logical`.
+fn search(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    (logical, phys, bytes): (u32, u64, &[u8]),
+    name: &[u8],
+) -> FsResult<Option<Found>> {
+    let mut found = None;
+    visit_leaf(fs, ino, raw, phys, bytes, |e| {
+        if found.is_none() && e.inode != 0 && e.name == name {
+            found = Some(Found {
+                ino: e.inode,
+                file_type: e.file_type,
+                logical,
+                offset: e.offset,
+            });
+        }
+    })?;
+    Ok(found)
 }
 
 /// The path through the index to the leaf for one hash.
@@ -276,7 +301,7 @@ fn htree_lookup(fs: &FsInner, ino: u32, raw: &Inode, name: &[u8]) -> FsResult<Op
     loop {
         let logical = path.leaf();
         let (phys, bytes) = read_block(fs, ino, raw, logical)?;
-        if let Some(found) = search(&parse_leaf(fs, ino, raw, phys, &bytes)?, name, logical) {
+        if let Some(found) = search(fs, ino, raw, (logical, phys, &bytes), name)? {
             return Ok(Some(found));
         }
         // A run of equal hashes may continue in the next leaf (bit 0 of its hash).
@@ -479,18 +504,21 @@ fn write_leaf(tx: &mut Tx, ino: u32, phys: u64, entries: &[RawEntry]) -> FsResul
 fn insert_into(
     tx: &mut Tx,
     ino: u32,
-    phys: u64,
-    entries: &[RawEntry],
+    (phys, bytes): (u64, &[u8]),
     name: &[u8],
     child: u32,
     file_type: u8,
 ) -> FsResult<bool> {
     let needed = dirent::entry_size(name.len());
-    if !entries.iter().any(|e| e.rec_len - e.used_size() >= needed) {
+    let raw = tx.raw_inode(ino)?;
+    let mut room = false;
+    visit_leaf(tx.fs, ino, &raw, phys, bytes, |e| {
+        room |= e.rec_len - e.used_size() >= needed;
+    })?;
+    if !room {
         return Ok(false);
     }
     let with_tail = tail(tx.fs);
-    let raw = tx.raw_inode(ino)?;
     let seed = seed(tx.fs, ino, &raw);
     tx.modify(phys, |b| {
         dirent::insert(b, with_tail, child, file_type, name).expect("room was checked");
@@ -512,8 +540,7 @@ pub(crate) fn add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8)
     let blocks = block_count(tx.fs, &raw);
     for logical in 0..blocks {
         let (phys, bytes) = read_block(tx.fs, ino, &raw, logical)?;
-        let entries = parse_leaf(tx.fs, ino, &raw, phys, &bytes)?;
-        if insert_into(tx, ino, phys, &entries, name, child, file_type)? {
+        if insert_into(tx, ino, (phys, &bytes), name, child, file_type)? {
             return Ok(());
         }
     }
@@ -641,11 +668,11 @@ fn htree_add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8) -> F
     let mut path = dx_find(tx.fs, ino, &raw, major)?;
     let leaf = path.leaf();
     let (phys, bytes) = read_block(tx.fs, ino, &raw, leaf)?;
-    let entries = parse_leaf(tx.fs, ino, &raw, phys, &bytes)?;
-    if insert_into(tx, ino, phys, &entries, name, child, file_type)? {
+    if insert_into(tx, ino, (phys, &bytes), name, child, file_type)? {
         return Ok(());
     }
     check_index_room(tx, &path)?;
+    let entries = parse_leaf(tx.fs, ino, &raw, phys, &bytes)?;
     let (kept, moved, split_hash) = split_by_hash(by_hash(tx, info.hash_version, ino, entries)?);
     let (new_leaf, new_phys) = append_block(tx, ino)?;
     write_leaf(tx, ino, phys, &kept)?;
@@ -664,17 +691,16 @@ fn htree_add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8) -> F
     } else {
         (phys, kept)
     };
-    let reparsed: Vec<RawEntry> = {
+    let bytes = tx.buffer(target_phys)?.bytes();
+    if cfg!(debug_assertions) {
         let raw = tx.raw_inode(ino)?;
-        let bytes = tx.buffer(target_phys)?.bytes();
         let parsed = parse_leaf(tx.fs, ino, &raw, target_phys, &bytes)?;
-        debug_assert_eq!(
+        assert_eq!(
             parsed.iter().filter(|e| e.inode != 0).count(),
             target_entries.len()
         );
-        parsed
-    };
-    if insert_into(tx, ino, target_phys, &reparsed, name, child, file_type)? {
+    }
+    if insert_into(tx, ino, (target_phys, &bytes), name, child, file_type)? {
         return Ok(());
     }
     Err(FsError::Inconsistent(format!(
