@@ -92,6 +92,16 @@ impl FsState {
         }
     }
 
+    /// Notes that a transaction changed `ino` (its record, block map, size or orphan
+    /// link): a new [`InodeInfo::journaled_changes`], never used before, so that a count
+    /// seen before the inode was evicted never matches after it is loaded again.
+    pub fn note_journaled(&mut self, ino: u32) {
+        let seq = self.take_data_seq();
+        if let Some(info) = self.inodes.get_mut(&ino) {
+            info.journaled_changes = seq;
+        }
+    }
+
     fn take_data_seq(&mut self) -> u64 {
         self.next_data_seq += 1;
         self.next_data_seq
@@ -133,9 +143,9 @@ pub(crate) struct InodeInfo {
     pub readahead_next: u64,
     /// What its next fast commit must carry.
     pub fc: crate::fast_commit::FcInode,
-    /// Counts the transactions' changes to it (record, block map, size, orphan link): a
-    /// fast commit that carried it as of one count leaves nothing to commit while the
-    /// count stays (`FcInode::fast_committed`).
+    /// Changes whenever a transaction changes it (record, block map, size, orphan link;
+    /// see [`FsState::note_journaled`]): a fast commit that carried it as of one value
+    /// leaves nothing to commit while the value stays (`FcInode::fast_committed`).
     pub journaled_changes: u64,
     /// Its times were read (stat) since they last changed: the next change is stamped
     /// with the exact time, not the clock tick's (`inodes::stamp`).

@@ -165,8 +165,8 @@ impl<'a> Tx<'a> {
             .expect("write_inode of a loaded inode");
         info.dirty = false;
         info.sync_tid = Some(tid);
-        info.journaled_changes += 1;
         let bytes = info.raw.encode(ino, self.fs.csum_seed);
+        self.st.note_journaled(ino);
         self.modify(block, |b| {
             b[offset..offset + bytes.len()].copy_from_slice(&bytes)
         })
@@ -185,8 +185,8 @@ impl<'a> Tx<'a> {
         if let Some(info) = self.st.inodes.get_mut(&ino) {
             info.fc.note_changed(from, to, tid);
             info.datasync_tid = Some(tid);
-            info.journaled_changes += 1;
         }
+        self.st.note_journaled(ino);
     }
 
     /// Records that `ino` went on or off the orphan list, or its orphan-list link changed
@@ -196,8 +196,8 @@ impl<'a> Tx<'a> {
         let tid = self.tid();
         if let Some(info) = self.st.inodes.get_mut(&ino) {
             info.fc.orphan_changed = Some(tid);
-            info.journaled_changes += 1;
         }
+        self.st.note_journaled(ino);
     }
 
     /// Records that name `name` of inode `ino` left directory `parent`: every fast commit
@@ -222,8 +222,8 @@ impl<'a> Tx<'a> {
         let tid = self.tid();
         if let Some(info) = self.st.inodes.get_mut(&ino) {
             info.datasync_tid = Some(tid);
-            info.journaled_changes += 1;
         }
+        self.st.note_journaled(ino);
     }
 
     /// Journals the superblock as it is in memory (orphan list head, feature flags).
