@@ -10,7 +10,7 @@ use crate::format::inode::{flags, Inode, InodeTime, GOOD_OLD_INODE_SIZE};
 use crate::groups::read_desc;
 use crate::state::{FsInner, FsState, InodeInfo};
 use crate::types::{FileKind, Stat, Timestamp};
-use jext_journal::Tid;
+use jext_journal::{tid_gt, Tid};
 use std::sync::atomic::Ordering;
 
 /// Extra inode bytes jext gives new inodes (ext4's `s_want_extra_isize` default).
@@ -52,20 +52,39 @@ pub(crate) fn load(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
     if raw.links_count() == 0 && raw.mode() == 0 {
         return Err(FsError::Inconsistent(format!("inode {ino} is not in use")));
     }
-    if st.inodes.len() >= INODE_CACHE_LIMIT {
-        evict_unused(st, fs.journal.committed_tid());
-    }
+    make_room(fs, st);
     st.insert_inode(ino, raw);
     Ok(())
 }
 
-/// Drops cached inodes nobody uses and nothing waits to write (or to fast-commit).
+/// Before an inode joins the cache: once it holds [`INODE_CACHE_LIMIT`] inodes, drops
+/// those nobody uses and nothing waits for. When too few can go (files created in a
+/// transaction not yet durable stay), the next try waits until the cache grew by an
+/// eighth, so a million creates do not scan the cache on every one.
+pub(crate) fn make_room(fs: &FsInner, st: &mut FsState) {
+    let limit = INODE_CACHE_LIMIT.max(st.inode_evict_at);
+    if st.inodes.len() < limit {
+        return;
+    }
+    evict_unused(st, fs.journal.committed_tid());
+    st.inode_evict_at = match st.inodes.len() >= INODE_CACHE_LIMIT {
+        true => st.inodes.len() + INODE_CACHE_LIMIT / 8,
+        false => 0,
+    };
+}
+
+/// Drops cached inodes nobody uses and nothing waits to write (or to fast-commit). One
+/// changed in a transaction that is not durable stays: its sync tids are what fsync
+/// waits for, and a record loaded again would not know them.
 fn evict_unused(st: &mut FsState, durable: Tid) {
     let pages = &st.pages;
+    let pending = |tid: Option<Tid>| tid.is_some_and(|t| tid_gt(t, durable));
     st.inodes.retain(|ino, info| {
         info.open_count > 0
             || info.dirty
             || info.fc.is_live(durable)
+            || pending(info.sync_tid)
+            || pending(info.datasync_tid)
             || !info.reserved_pages.is_empty()
             || pages.has_dirty(*ino)
     });

@@ -285,6 +285,7 @@ pub(crate) fn mount(
             next_generation: generation,
             next_data_seq: 0,
             fc: Default::default(),
+            inode_evict_at: 0,
         }),
         fc_stats: Default::default(),
     });

@@ -213,6 +213,7 @@ fn create_in(
         t,
         parent_flags,
     );
+    crate::inodes::make_room(tx.fs, tx.st);
     tx.st.insert_inode(ino, raw);
     match kind {
         FileKind::Directory => {

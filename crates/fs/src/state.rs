@@ -72,6 +72,8 @@ pub(crate) struct FsState {
     pub next_data_seq: u64,
     /// What fast commits need to know across fsyncs.
     pub fc: crate::fast_commit::FcState,
+    /// The inode cache's size at which the next eviction is tried (`inodes::make_room`).
+    pub inode_evict_at: usize,
 }
 
 impl FsState {

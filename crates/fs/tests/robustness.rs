@@ -415,3 +415,54 @@ fn many_threads_at_once() {
     dev.write_current_image(&path).unwrap();
     assert_e2fsck_clean(&path);
 }
+
+/// An inode changed in a transaction that is not durable stays cached however many other
+/// inodes are read after it: its sync tid is what an fsync waits for. Dropped from the
+/// cache (past 65,536 inodes) and read again, it would look durable, and an fsync after a
+/// chmod would return with the chmod only in memory.
+#[test]
+fn a_change_survives_inode_cache_eviction_until_fsync() {
+    // 131,072 inodes: room for more than the cache keeps.
+    let dev = Arc::new(SimDevice::new(512 << 20));
+    let mkfs_options = MkfsOptions {
+        assume_zeroed: true,
+        inode_ratio: Some(4096),
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.clone(), &mkfs_options).unwrap();
+    let options = MountOptions {
+        commit_interval_ms: 3_600_000,
+        ..MountOptions::default()
+    };
+    const FILES: usize = 70_000;
+    let fs = Fs::open(dev.clone(), options.clone()).unwrap();
+    drop(fs.create_file("/kept", 0o644).unwrap());
+    fs.mkdir_path("/many", 0o755).unwrap();
+    for i in 0..FILES {
+        drop(fs.create_file(&format!("/many/{i}"), 0o644).unwrap());
+    }
+    fs.unmount().unwrap();
+    // A fresh cache: the chmod, then more inodes read than the cache keeps, no commit.
+    let fs = Fs::open(dev.clone(), options.clone()).unwrap();
+    let kept = fs.resolve("/kept").unwrap();
+    let chmod = jext_fs::SetAttr {
+        perm: Some(0o600),
+        ..jext_fs::SetAttr::default()
+    };
+    fs.setattr(kept, &chmod).unwrap();
+    let commits = fs.journal_stats().commits;
+    for i in 0..FILES {
+        fs.stat(fs.resolve(&format!("/many/{i}")).unwrap()).unwrap();
+    }
+    assert_eq!(
+        fs.journal_stats().commits,
+        commits,
+        "nothing committed the chmod"
+    );
+    fs.open_file("/kept").unwrap().fsync().unwrap();
+    let crashed = Arc::new(dev.crash());
+    std::mem::forget(fs);
+    let fs = Fs::open(crashed, options).unwrap();
+    let perm = fs.stat(fs.resolve("/kept").unwrap()).unwrap().perm;
+    assert_eq!(perm, 0o600, "the chmod before the fsync is durable");
+}
