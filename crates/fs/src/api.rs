@@ -1,8 +1,9 @@
 //! The library API: a mounted file system ([`Fs`]) and open files ([`File`]).
 //!
 //! Every call takes the file system lock for its duration, except that `fsync` and
-//! `fdatasync` release it before waiting for the commit, so other threads go on while one
-//! waits for the disk. `Fs` is cheap to clone and safe to share between threads.
+//! `fdatasync` release it before waiting for their data writes (`file::DataInFlight`) and
+//! for the commit or fast commit, so other threads go on while one waits for the disk.
+//! `Fs` is cheap to clone and safe to share between threads.
 //!
 //! Dropping the last `Fs` without [`Fs::unmount`] is a crash as far as the disk is
 //! concerned: what committed is recovered at the next mount, nothing more.
