@@ -16,6 +16,8 @@ use crate::file::DataInFlight;
 use crate::format::inode::Inode;
 use crate::meta::{MetaIo, MetaRead};
 use crate::state::{FsInner, FsState, InodeInfo};
+use jext_cache::PageWriteback;
+use jext_io::IoTicket;
 use jext_journal::{Handle, JBuf, Tid};
 use std::sync::Arc;
 
@@ -107,8 +109,8 @@ impl<'a> Tx<'a> {
     }
 
     /// Data writes now in flight for this handle: it stays open until they complete.
-    pub fn data_in_flight(&mut self, issued: DataInFlight) {
-        self.in_flight.absorb(issued);
+    pub fn data_in_flight(&mut self, ticket: IoTicket, pages: Vec<PageWriteback>) {
+        self.in_flight.add(ticket, pages);
     }
 
     /// The cached buffer of `block`.

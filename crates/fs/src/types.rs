@@ -90,8 +90,9 @@ impl Timestamp {
     /// (`CLOCK_REALTIME_COARSE`, one scheduler tick: 4 ms on this project's machine), as
     /// ext4 stamps them (`current_time`). Writes within one tick leave a file's times as
     /// they were, so a file overwritten and fsync'd many times a tick commits nothing but
-    /// its data, as on Linux. (Linux 6.13+ takes a fine-grained time instead when the
-    /// inode's times were read since they last changed; jext does not.)
+    /// its data, as on Linux. A change after someone read the inode's times takes
+    /// [`Timestamp::now_fine`] instead (`inodes::stamp`: Linux 6.13+'s multigrain
+    /// timestamps).
     pub fn now() -> Timestamp {
         let mut ts = libc::timespec {
             tv_sec: 0,

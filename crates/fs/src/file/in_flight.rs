@@ -37,34 +37,11 @@ pub(crate) struct DataInFlight {
 }
 
 impl DataInFlight {
-    /// Writes issued for `pages` (already marked in flight in the page cache).
-    pub fn issued(ticket: IoTicket, pages: Vec<PageWriteback>) -> DataInFlight {
-        DataInFlight {
-            tickets: vec![ticket],
-            pages,
-            handle: None,
-            handle_dirtied: false,
-        }
-    }
-
-    /// Takes `other`'s writes too.
-    pub fn absorb(&mut self, other: DataInFlight) {
-        let DataInFlight {
-            tickets,
-            pages,
-            handle,
-            handle_dirtied,
-        } = other;
-        assert!(
-            self.handle.is_none() || handle.is_none(),
-            "data in flight holds at most one handle"
-        );
-        self.tickets.extend(tickets);
+    /// Adds the writes of `ticket`, issued for `pages` (already marked in flight in the
+    /// page cache).
+    pub fn add(&mut self, ticket: IoTicket, pages: Vec<PageWriteback>) {
+        self.tickets.push(ticket);
         self.pages.extend(pages);
-        if handle.is_some() {
-            self.handle = handle;
-            self.handle_dirtied = handle_dirtied;
-        }
     }
 
     /// Keeps `handle` open until the writes completed.
@@ -112,8 +89,7 @@ impl DataInFlight {
             }
         }
         if let (Some(err), true) = (&failure, self.handle_dirtied) {
-            fs.journal
-                .abort(format!("a data write under a transaction failed: {err}"));
+            fs.journal.abort(abort_reason(err));
         }
         if let Some(handle) = self.handle.take() {
             handle.stop();
@@ -129,11 +105,15 @@ impl DataInFlight {
             None => Ok(()),
             Some(err) => {
                 if self.handle_dirtied {
-                    st.error
-                        .get_or_insert(format!("a data write under a transaction failed: {err}"));
+                    st.error.get_or_insert(abort_reason(&err));
                 }
                 Err(FsError::Device(err))
             }
         }
     }
+}
+
+/// Why a failed data write stops the file system (the journal's abort and `FsState::error`).
+fn abort_reason(err: &DeviceError) -> String {
+    format!("a data write under a transaction failed: {err}")
 }

@@ -210,6 +210,8 @@ fn write_pages_in_place(
     runs: &[(u64, u64)],
 ) -> FsResult<DataInFlight> {
     let bs = u64::from(fs.geo.block_size);
+    // Every lookup (which may fail) before any page goes in flight: a page marked clean
+    // and in flight but never sent would be lost.
     let mut blocks = Vec::new();
     for &(first, len) in runs {
         for index in first..first + len {
@@ -233,7 +235,9 @@ fn write_pages_in_place(
         ));
         pages.push(page);
     }
-    Ok(DataInFlight::issued(fs.io.submit(requests), pages))
+    let mut in_flight = DataInFlight::default();
+    in_flight.add(fs.io.submit(requests), pages);
+    Ok(in_flight)
 }
 
 /// Writes one run of dirty pages, allocating or converting blocks as needed.
@@ -366,7 +370,7 @@ fn put_data(
     }
     if !requests.is_empty() {
         let ticket = tx.fs.io.submit(requests);
-        tx.data_in_flight(DataInFlight::issued(ticket, pages));
+        tx.data_in_flight(ticket, pages);
         // data=writeback promises no order between data and the commit that maps it.
         if newly_mapped && tx.fs.options.data_mode != crate::options::DataMode::Writeback {
             tx.note_ordered_data();
