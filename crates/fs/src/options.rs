@@ -180,15 +180,14 @@ impl MountOptions {
                 self.read_only = false;
             }
             "errors" => {
-                self.errors = match need_value()? {
-                    "remount-ro" => ErrorBehavior::RemountReadOnly,
-                    "continue" => ErrorBehavior::Continue,
-                    other => {
-                        return Err(FsError::Invalid(format!(
-                            "errors={other}: expected errors=remount-ro or errors=continue"
-                        )))
-                    }
-                }
+                self.errors = choice(
+                    name,
+                    need_value()?,
+                    &[
+                        ("remount-ro", ErrorBehavior::RemountReadOnly),
+                        ("continue", ErrorBehavior::Continue),
+                    ],
+                )?
             }
             "barrier" => {
                 self.barrier = match value {
@@ -227,49 +226,48 @@ impl MountOptions {
                 self.no_dir_atime = name == "nodiratime";
             }
             "ijournal" => {
-                self.ijournal = match need_value()? {
-                    "single" => IJournal::Single,
-                    "percore" => IJournal::PerCore,
-                    other => {
-                        return Err(FsError::Invalid(format!(
-                            "ijournal={other}: expected ijournal=single or ijournal=percore"
-                        )))
-                    }
-                }
+                self.ijournal = choice(
+                    name,
+                    need_value()?,
+                    &[("single", IJournal::Single), ("percore", IJournal::PerCore)],
+                )?
             }
             "cache_size" => self.cache_size_bytes = parse_size(name, need_value()?)?,
             "io_engine" => {
-                let wanted = need_value()?;
-                self.io_engine = [
+                let engines = [
                     EngineKind::Auto,
                     EngineKind::Inline,
                     EngineKind::Threads,
                     EngineKind::Uring,
                 ]
-                .into_iter()
-                .find(|kind| kind.name() == wanted)
-                .ok_or_else(|| {
-                    FsError::Invalid(format!(
-                        "io_engine={wanted}: expected io_engine=auto, inline, threads or io_uring"
-                    ))
-                })?;
+                .map(|kind| (kind.name(), kind));
+                self.io_engine = choice(name, need_value()?, &engines)?
             }
             "journal_commit" => {
-                self.journal_commit = match need_value()? {
-                    "single_io" => CommitMode::SingleIo,
-                    "classic" => CommitMode::Classic,
-                    other => {
-                        return Err(FsError::Invalid(format!(
-                            "journal_commit={other}: expected journal_commit=single_io or \
-                             journal_commit=classic"
-                        )))
-                    }
-                }
+                let modes = [CommitMode::SingleIo, CommitMode::Classic].map(|m| (m.name(), m));
+                self.journal_commit = choice(name, need_value()?, &modes)?
             }
             other => return Err(FsError::Invalid(format!("unknown mount option {other:?}"))),
         }
         Ok(())
     }
+}
+
+/// The choice `value` names among `choices` for option `name`; refused with every
+/// choice spelled out ("ijournal=shared: expected ijournal=single or ijournal=percore").
+fn choice<T: Copy>(name: &str, value: &str, choices: &[(&str, T)]) -> FsResult<T> {
+    if let Some(&(_, chosen)) = choices.iter().find(|(text, _)| *text == value) {
+        return Ok(chosen);
+    }
+    let spelled: Vec<String> = choices.iter().map(|(t, _)| format!("{name}={t}")).collect();
+    let expected = match spelled.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    Err(FsError::Invalid(format!(
+        "{name}={value}: expected {expected}"
+    )))
 }
 
 /// Parses a `cache_size=` style size (see [`parse_size_in`]) into bytes, from 1 byte up.
