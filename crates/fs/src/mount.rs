@@ -13,7 +13,8 @@ use crate::format::extent::Extent;
 use crate::format::group_desc::GroupDesc;
 use crate::format::inode::{flags, Inode};
 use crate::format::superblock::{
-    features, Superblock, FLAG_UNSIGNED_HASH, STATE_CLEAN, STATE_ORPHANS,
+    features, Superblock, FLAG_UNSIGNED_HASH, STATE_CLEAN, STATE_ORPHANS, SUPERBLOCK_OFFSET,
+    SUPERBLOCK_SIZE,
 };
 use crate::format::Location;
 use crate::geometry::Geometry;
@@ -33,23 +34,43 @@ use std::sync::Arc;
 /// The journal inode's number when the superblock does not say otherwise.
 const JOURNAL_INO: u32 = 8;
 
+/// The whole device sectors that hold the primary superblock: its own 1024 bytes on a
+/// device of 512-byte sectors, the 4 KiB sector around it on a 4 KiB-sector device
+/// (zram, 4Kn disks), which refuses smaller requests. Returns their byte offset, length,
+/// and where the superblock starts in them.
+fn superblock_sectors(io: &IoQueue) -> (u64, usize, usize) {
+    let sector = u64::from(io.device().sector_size()).max(1);
+    let start = SUPERBLOCK_OFFSET / sector * sector;
+    let end = (SUPERBLOCK_OFFSET + SUPERBLOCK_SIZE as u64).next_multiple_of(sector);
+    (
+        start,
+        (end - start) as usize,
+        (SUPERBLOCK_OFFSET - start) as usize,
+    )
+}
+
 /// Reads the primary superblock straight from the device.
 pub(crate) fn read_superblock(io: &IoQueue) -> FsResult<Superblock> {
-    let mut bytes = vec![0u8; 1024];
-    io.read(1024, &mut bytes)?;
+    let (start, len, at) = superblock_sectors(io);
+    let mut bytes = vec![0u8; len];
+    io.read(start, &mut bytes)?;
     Ok(Superblock::decode(
-        &bytes,
+        &bytes[at..],
         Location::Superblock { group: 0 },
     )?)
 }
 
-/// Writes the primary superblock straight to the device, durably.
+/// Writes the primary superblock straight to the device, durably; on a device whose
+/// sectors are larger than the superblock, the rest of its sector is read and written
+/// back as it was (as Linux writes the whole block holding it).
 pub(crate) fn write_superblock(io: &IoQueue, sb: &Superblock) -> FsResult<()> {
-    io.write(
-        1024,
-        Arc::from(sb.encode().to_vec()),
-        IoFlags::PREFLUSH | IoFlags::FUA,
-    )?;
+    let (start, len, at) = superblock_sectors(io);
+    let mut bytes = vec![0u8; len];
+    if len != SUPERBLOCK_SIZE {
+        io.read(start, &mut bytes)?;
+    }
+    bytes[at..at + SUPERBLOCK_SIZE].copy_from_slice(&sb.encode());
+    io.write(start, Arc::from(bytes), IoFlags::PREFLUSH | IoFlags::FUA)?;
     Ok(())
 }
 
