@@ -22,10 +22,25 @@ use crate::types::ROOT_INO;
 use jext_journal::{tid_gt, Tid};
 use std::collections::BTreeMap;
 
+/// The older of `tid` and `bound` (if any), in the journal's wrapping order.
+fn older(bound: Option<Tid>, tid: Tid) -> Tid {
+    match bound {
+        Some(b) if tid_gt(tid, b) => b,
+        _ => tid,
+    }
+}
+
 /// Allocation state that lives in memory: totals and frees waiting for their commit.
 pub(crate) struct AllocState {
     /// Freed runs (start -> (length, tid of the freeing transaction)).
     pending_free: BTreeMap<u64, (u64, Tid)>,
+    /// Blocks in `pending_free`, kept up to date so that asking costs nothing: space
+    /// checks ask on every create, write and punch, and a file punched every other block
+    /// holds thousands of runs until its transaction commits.
+    pending_total: u64,
+    /// No run in `pending_free` was freed by a transaction older than this (a bound:
+    /// merges move runs to newer ones), so before it commits a prune has nothing to do.
+    oldest_pending_tid: Option<Tid>,
     pub free_blocks: u64,
     pub free_inodes: u64,
     /// Blocks promised to dirty pages not yet allocated (delayed allocation).
@@ -37,6 +52,8 @@ impl AllocState {
     pub fn empty() -> AllocState {
         AllocState {
             pending_free: BTreeMap::new(),
+            pending_total: 0,
+            oldest_pending_tid: None,
             free_blocks: 0,
             free_inodes: 0,
             reserved_blocks: 0,
@@ -70,12 +87,27 @@ impl AllocState {
     /// Blocks freed by transactions that have not committed.
     pub fn pending_blocks(&mut self, committed: Tid) -> u64 {
         self.prune(committed);
-        self.pending_free.values().map(|(len, _)| len).sum()
+        self.pending_total
     }
 
+    /// Forgets the runs whose transaction has committed. Walks the runs only when the
+    /// oldest may have committed, so about once per commit.
     fn prune(&mut self, committed: Tid) {
-        self.pending_free
-            .retain(|_, (_, tid)| tid_gt(*tid, committed));
+        match self.oldest_pending_tid {
+            Some(oldest) if !tid_gt(oldest, committed) => {}
+            _ => return,
+        }
+        let (mut total, mut oldest) = (0, None);
+        self.pending_free.retain(|_, &mut (len, tid)| {
+            let keep = tid_gt(tid, committed);
+            if keep {
+                total += len;
+                oldest = Some(older(oldest, tid));
+            }
+            keep
+        });
+        self.pending_total = total;
+        self.oldest_pending_tid = oldest;
     }
 
     /// Keeps blocks `[start, start + count)` from being handed out until transaction `tid`
@@ -97,6 +129,7 @@ impl AllocState {
             .collect();
         for s in touching {
             let (len, t) = self.pending_free.remove(&s).expect("listed just above");
+            self.pending_total -= len;
             lo = lo.min(s);
             hi = hi.max(s + len);
             if tid_gt(t, newest) {
@@ -104,6 +137,8 @@ impl AllocState {
             }
         }
         self.pending_free.insert(lo, (hi - lo, newest));
+        self.pending_total += hi - lo;
+        self.oldest_pending_tid = Some(older(self.oldest_pending_tid, newest));
     }
 
     /// If `[start, end)` overlaps pending frees, the first of them as (start, end).
@@ -567,9 +602,9 @@ mod tests {
     #[test]
     fn the_first_overlapping_pending_free_is_found() {
         let mut st = AllocState::empty();
-        st.pending_free.insert(7417, (1, 9));
-        st.pending_free.insert(7419, (81, 9));
-        st.pending_free.insert(7600, (10, 9));
+        st.hold(7417, 1, 9);
+        st.hold(7419, 81, 9);
+        st.hold(7600, 10, 9);
         // A run over both of the first two: the earliest must come back, or the run up to
         // the second would swallow the first.
         assert_eq!(st.pending_overlap(7410, 7430), Some((7417, 7418)));
@@ -599,6 +634,7 @@ mod tests {
         );
         assert_eq!(st.pending_blocks(7), 0);
         st.hold(50, 0, 9);
+        assert_eq!(st.pending_blocks(7), 0);
         assert_eq!(
             st.pending_overlap(0, 1000),
             None,

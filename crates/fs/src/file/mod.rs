@@ -228,6 +228,19 @@ fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -
     if end <= offset {
         return Ok(());
     }
+    // A hole inside one extent splits it, and the split may need new extent-tree blocks.
+    // Make sure of them before changing anything: on a full file system the punch then
+    // waits for the blocks earlier punches freed (`Fs::with_room` commits them and runs
+    // it again), where failing halfway would abort the journal.
+    let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
+    let raw = st.inodes[&ino].raw.clone();
+    if first_full < end_full {
+        if let Some(e) = blockmap::lookup(fs, ino, &raw, first_full as u32)? {
+            if u64::from(e.logical) < first_full && e.end() > end_full {
+                ensure_space(fs, st, ALLOCATION_METADATA_BLOCKS, false)?;
+            }
+        }
+    }
     // Zero the partial pages at either edge in place.
     for (from, to) in [
         (offset, end.min((offset / bs + 1) * bs)),
@@ -238,7 +251,6 @@ fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -
             zero_in_page(fs, st, ino, from / bs, a, b)?;
         }
     }
-    let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
     if first_full < end_full {
         st.pages.discard(ino, first_full, end_full);
         let info = st.inodes.get_mut(&ino).expect("loaded");
