@@ -5,12 +5,17 @@
 //! trees of growing size written by Linux (a loop mount of a mkfs.ext4 image); creating
 //! and listing one directory of growing size through the jext library against Linux
 //! ext4 (loop device), with the creation rate of the first and of the last tenth of the
-//! names (flat means the last tenth is as fast as the first). Every jext image is checked
-//! with `e2fsck -fn` afterwards and the verdict reported.
+//! names (flat means the last tenth is as fast as the first); and a file fragmented every
+//! other block, from 1 GiB to 100 GiB, read back on jext and on Linux ext4 (`frag`). Every
+//! jext image is checked with `e2fsck -fn` afterwards and the verdict reported.
 //!
 //! Promises: every image is made fresh and removed with the scratch directory; both
 //! checkers run on the same image with the same (warm) page cache, best of two. Never
-//! writes outside the scratch directory. Without root the Linux rows are SKIPPED, said so.
+//! writes outside the scratch directory, except `/dev/zram0` when the fragmented-file
+//! rows find it unused (see `frag`), which they reset. Without root the Linux rows are
+//! SKIPPED, said so.
+
+mod frag;
 
 use super::rig::{LoopDevice, Mount, Scratch};
 use jext::{FileDevice, Fs, MkfsOptions, MountOptions};
@@ -27,8 +32,9 @@ pub struct ScaleOptions {
     pub empty_image_bytes: Vec<u64>,
     pub tree_files: Vec<usize>,
     pub dir_entries: Vec<usize>,
-    /// Sizes of the file systems the fragmented file fills (about 45% of each).
-    pub frag_image_bytes: Vec<u64>,
+    /// Sizes of the fragmented file (its file system is a little over twice as large,
+    /// see [`frag::fs_bytes`]).
+    pub frag_file_bytes: Vec<u64>,
     /// The row groups to run (see [`ROWS`]).
     pub rows: Vec<&'static str>,
 }
@@ -51,7 +57,7 @@ impl ScaleOptions {
                 empty_image_bytes: vec![16 << 30, 256 << 30, 1 << 40],
                 tree_files: vec![10_000, 50_000],
                 dir_entries: vec![10_000, 100_000],
-                frag_image_bytes: vec![64 << 20, 256 << 20],
+                frag_file_bytes: vec![32 << 20, 256 << 20],
                 rows: ROWS.to_vec(),
             }
         } else {
@@ -60,9 +66,8 @@ impl ScaleOptions {
                 empty_image_bytes: vec![64 << 30, 256 << 30, 1 << 40, 4 << 40],
                 tree_files: vec![10_000, 100_000, 300_000, 1_000_000],
                 dir_entries: vec![10_000, 100_000, 300_000, 1_000_000],
-                // Larger sizes wait on jext's hole punching, which walks the whole extent
-                // tree per punch (4 GiB did not finish in 13 minutes).
-                frag_image_bytes: vec![256 << 20, 1 << 30],
+                // 100 GiB needs a 220 GiB file system: on zram (see `frag`), a few GiB of RAM.
+                frag_file_bytes: vec![1 << 30, 10 << 30, 50 << 30, 100 << 30],
                 rows: ROWS.to_vec(),
             }
         }
@@ -90,17 +95,20 @@ pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
     if opts.runs("linux-trees") && root {
         linux_rows(opts, &scratch, &mut out)?;
     } else if opts.runs("linux-trees") {
-        let _ = writeln!(out, "\nSKIPPED: the Linux rows need root (loop devices).");
+        let _ = writeln!(
+            out,
+            "\nSKIPPED: the Linux rows need root (zram or loop devices, kernel mounts)."
+        );
     }
     if opts.runs("dir-library") {
         library_rows(opts, &scratch, &mut out)?;
     }
     if opts.runs("frag-read") && root {
-        frag_rows(opts, &scratch, &mut out)?;
+        frag::rows(opts, &scratch, &mut out)?;
     } else if opts.runs("frag-read") {
         let _ = writeln!(
             out,
-            "\nSKIPPED: the fragmented-file rows need root (loop devices)."
+            "\nSKIPPED: the fragmented-file rows need root (zram or loop devices, kernel mounts)."
         );
     }
     if opts.runs("dir-mount") && root {
@@ -378,248 +386,4 @@ fn e2fsck(img: &Path) -> io::Result<(i32, String)> {
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
     ))
-}
-
-/// Bytes of one block in the fragmented-file rows (both systems use 4 KiB blocks).
-const FRAG_BLOCK: u64 = 4096;
-
-/// Read rates of one fragmented file.
-struct FragRates {
-    file_bytes: u64,
-    seq_mib_s: f64,
-    random_iops: f64,
-    /// How fragmented the file came out, as a tool of the system reports it.
-    layout: String,
-}
-
-/// A file made fragmented on purpose, the same way on both systems: file `a` fills the
-/// file system, every other block of it is punched out, and file `b` is written into
-/// what is left, so `b`'s blocks can only be the holes, one block apart. Then `b` is read
-/// sequentially (1 MiB reads) and at random (4 KiB reads of a sample of its blocks), each
-/// after a fresh mount so no cache holds it.
-fn frag_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
-    let _ = writeln!(
-        out,
-        "\n### A file fragmented every other block, read back (loop devices, direct I/O)\n\n| file system | file | jext seq (MiB/s) | ext4 seq (MiB/s) | jext / ext4 | jext random (reads/s) | ext4 random (reads/s) | jext / ext4 | jext extent tree levels (debugfs, root included) | ext4's file (filefrag) | e2fsck -fn (jext) |\n|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    for &bytes in &opts.frag_image_bytes {
-        let (ours, depth, verdict) = jext_frag(scratch, bytes)?;
-        let theirs = linux_frag(scratch, bytes)?;
-        let (seq, rnd) = (theirs.seq_mib_s, theirs.random_iops);
-        let _ = writeln!(
-            out,
-            "| {} | {} | {:.0} | {seq:.0} | {:.2} | {:.0} | {rnd:.0} | {:.2} | {depth} | {} | {verdict} |",
-            jext_fs::options::human_bytes(bytes),
-            jext_fs::options::human_bytes(ours.file_bytes),
-            ours.seq_mib_s,
-            ours.seq_mib_s / seq,
-            ours.random_iops,
-            ours.random_iops / rnd,
-            theirs.layout,
-        );
-        eprintln!(
-            "jext bench scale: fragmented file on {}: done",
-            jext_fs::options::human_bytes(bytes)
-        );
-    }
-    Ok(())
-}
-
-/// Reads sampled for the random rate: enough to average, few enough to stay quick.
-const RANDOM_READS: u64 = 20_000;
-
-/// Block indexes of a file of `blocks` blocks in a fixed pseudo-random order (a sample).
-fn random_blocks(blocks: u64) -> Vec<u64> {
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    (0..RANDOM_READS.min(blocks))
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % blocks
-        })
-        .collect()
-}
-
-fn rate_mib_s(bytes: u64, took: Duration) -> f64 {
-    bytes as f64 / (1 << 20) as f64 / took.as_secs_f64().max(1e-9)
-}
-
-fn jext_frag(scratch: &Scratch, bytes: u64) -> io::Result<(FragRates, String, String)> {
-    let img = scratch.image("frag-jext.img", bytes)?;
-    let device = LoopDevice::attach(&img)?;
-    let open = |path: &Path| -> io::Result<Fs> {
-        let dev = jext::open_device(path, false).map_err(io::Error::other)?;
-        Fs::open(dev, MountOptions::default()).map_err(io::Error::other)
-    };
-    jext::mkfs(
-        jext::open_device(&device.path, false).map_err(io::Error::other)?,
-        &MkfsOptions {
-            block_size: Some(FRAG_BLOCK as u32),
-            ..MkfsOptions::default()
-        },
-    )
-    .map_err(io::Error::other)?;
-    let err = io::Error::other;
-    let file_bytes = {
-        let fs = open(&device.path)?;
-        let chunk = vec![0x5Au8; 1 << 20];
-        let a = fs.create_file("/a", 0o644).map_err(err)?;
-        let mut a_len = 0u64;
-        while a.write_at(a_len, &chunk).is_ok() && a.fsync().is_ok() {
-            a_len += chunk.len() as u64;
-        }
-        a.fsync().map_err(err)?;
-        let punch = jext::FallocateMode {
-            punch_hole: true,
-            keep_size: true,
-            zero_range: false,
-        };
-        for block in (1..a_len / FRAG_BLOCK).step_by(2) {
-            fs.fallocate(a.ino(), block * FRAG_BLOCK, FRAG_BLOCK, punch)
-                .map_err(err)?;
-        }
-        a.fsync().map_err(err)?;
-        let b = fs.create_file("/b", 0o644).map_err(err)?;
-        // The holes, less room for b's own extent tree and slack.
-        let b_len = (a_len / 2 - a_len / 40) / (1 << 20) * (1 << 20);
-        let mut at = 0;
-        while at < b_len {
-            b.write_at(at, &chunk).map_err(err)?;
-            at += chunk.len() as u64;
-        }
-        b.fsync().map_err(err)?;
-        fs.unmount().map_err(err)?;
-        b_len
-    };
-    let fs = open(&device.path)?;
-    let b = fs.open_file("/b").map_err(err)?;
-    let started = Instant::now();
-    let mut at = 0;
-    while at < file_bytes {
-        b.read_at(at, 1 << 20).map_err(err)?;
-        at += 1 << 20;
-    }
-    let seq_mib_s = rate_mib_s(file_bytes, started.elapsed());
-    drop(b);
-    fs.unmount().map_err(err)?;
-    let fs = open(&device.path)?;
-    let b = fs.open_file("/b").map_err(err)?;
-    let sample = random_blocks(file_bytes / FRAG_BLOCK);
-    let started = Instant::now();
-    for &block in &sample {
-        b.read_at(block * FRAG_BLOCK, FRAG_BLOCK as usize)
-            .map_err(err)?;
-    }
-    let random_iops = sample.len() as f64 / started.elapsed().as_secs_f64().max(1e-9);
-    drop(b);
-    fs.unmount().map_err(err)?;
-    let depth = extent_depth(&device.path, "/b");
-    let verdict = e2fsck_verdict(&device.path)?;
-    drop(device);
-    std::fs::remove_file(&img)?;
-    Ok((
-        FragRates {
-            file_bytes,
-            seq_mib_s,
-            random_iops,
-            layout: String::new(),
-        },
-        depth,
-        verdict,
-    ))
-}
-
-/// The depth of `path`'s extent tree as debugfs counts it (levels of its `ex` listing).
-fn extent_depth(device: &Path, path: &str) -> String {
-    let out = Command::new("debugfs")
-        .args(["-R", &format!("ex {path}")])
-        .arg(device)
-        .output();
-    let Ok(out) = out else {
-        return "? (no debugfs)".into();
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim_start().split('/').next()?.trim().parse::<u32>().ok())
-        .max()
-        .map_or("?".into(), |max_level| (max_level + 1).to_string())
-}
-
-fn linux_frag(scratch: &Scratch, bytes: u64) -> io::Result<FragRates> {
-    use std::os::unix::fs::FileExt;
-    use std::os::unix::io::AsRawFd;
-    let img = scratch.image("frag-linux.img", bytes)?;
-    let img_text = img.to_string_lossy().to_string();
-    super::rig::run("mkfs.ext4", &["-q", "-F", "-b", "4096", &img_text])?;
-    let device = LoopDevice::attach(&img)?;
-    let point = scratch.dir.join("frag-mnt");
-    let (file_bytes, layout) = {
-        let _mount = Mount::kernel("ext4", device.path_str(), &point, "")?;
-        let chunk = vec![0x5Au8; 1 << 20];
-        let a = std::fs::File::create(point.join("a"))?;
-        let mut a_len = 0u64;
-        while a.write_all_at(&chunk, a_len).is_ok() {
-            a_len += chunk.len() as u64;
-        }
-        a.sync_all()?;
-        for block in (1..a_len / FRAG_BLOCK).step_by(2) {
-            // SAFETY: fallocate on an open descriptor with plain integer arguments.
-            let done = unsafe {
-                libc::fallocate(
-                    a.as_raw_fd(),
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    (block * FRAG_BLOCK) as libc::off_t,
-                    FRAG_BLOCK as libc::off_t,
-                )
-            };
-            if done != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        a.sync_all()?;
-        let b = std::fs::File::create(point.join("b"))?;
-        let b_len = (a_len / 2 - a_len / 40) / (1 << 20) * (1 << 20);
-        let mut at = 0;
-        while at < b_len {
-            b.write_all_at(&chunk, at)?;
-            at += chunk.len() as u64;
-        }
-        b.sync_all()?;
-        let layout = super::rig::run("filefrag", &[&point.join("b").to_string_lossy()])
-            .map(|text| text.trim().rsplit(": ").next().unwrap_or("?").to_string())
-            .unwrap_or_else(|e| format!("? ({e})"));
-        (b_len, layout)
-    };
-    let seq_mib_s = {
-        let _mount = Mount::kernel("ext4", device.path_str(), &point, "")?;
-        let b = std::fs::File::open(point.join("b"))?;
-        let mut buf = vec![0u8; 1 << 20];
-        let started = Instant::now();
-        let mut at = 0;
-        while at < file_bytes {
-            b.read_exact_at(&mut buf, at)?;
-            at += 1 << 20;
-        }
-        rate_mib_s(file_bytes, started.elapsed())
-    };
-    let random_iops = {
-        let _mount = Mount::kernel("ext4", device.path_str(), &point, "")?;
-        let b = std::fs::File::open(point.join("b"))?;
-        let mut buf = vec![0u8; FRAG_BLOCK as usize];
-        let sample = random_blocks(file_bytes / FRAG_BLOCK);
-        let started = Instant::now();
-        for &block in &sample {
-            b.read_exact_at(&mut buf, block * FRAG_BLOCK)?;
-        }
-        sample.len() as f64 / started.elapsed().as_secs_f64().max(1e-9)
-    };
-    drop(device);
-    std::fs::remove_file(&img)?;
-    Ok(FragRates {
-        file_bytes,
-        seq_mib_s,
-        random_iops,
-        layout,
-    })
 }
