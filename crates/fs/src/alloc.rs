@@ -84,6 +84,13 @@ impl AllocState {
             .saturating_sub(Self::metadata_reserve(fs))
     }
 
+    /// Whether `blocks` more blocks of data fit beside the dirty pages' reservations and
+    /// the metadata reserve, blocks freed by transactions not yet committed left out.
+    pub fn has_room_for_data(&mut self, fs: &FsInner, blocks: u64) -> bool {
+        let pending = self.pending_blocks(fs.journal.committed_tid());
+        self.available_for_data(fs) >= blocks + pending
+    }
+
     /// Blocks freed by transactions that have not committed.
     pub fn pending_blocks(&mut self, committed: Tid) -> u64 {
         self.prune(committed);

@@ -197,7 +197,13 @@ pub(crate) fn fallocate(
         }
     }
     let wanted: u64 = holes.iter().map(|(_, n)| n).sum();
-    ensure_space(fs, st, wanted + ALLOCATION_METADATA_BLOCKS, false)?;
+    // As ext4, preallocation leaves the metadata reserve and the dirty pages' blocks
+    // alone: a later punch that splits an extent, or writeback, may need them.
+    if !st.alloc.has_room_for_data(fs, wanted + ALLOCATION_METADATA_BLOCKS) {
+        return Err(FsError::NoSpace(format!(
+            "inode {ino}: {wanted} blocks to preallocate"
+        )));
+    }
     for chunk in holes.chunks(16) {
         let mut tx = Tx::begin(fs, st, 32 + 12 * chunk.len() as u32)?;
         let r = (|| {

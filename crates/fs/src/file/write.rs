@@ -92,8 +92,7 @@ fn reserve(fs: &FsInner, st: &mut FsState, ino: u32, first: u64, last: u64) -> F
         return Ok(());
     }
     let count = needed.len() as u64;
-    if st.alloc.available_for_data(fs) < count + st.alloc.pending_blocks(fs.journal.committed_tid())
-    {
+    if !st.alloc.has_room_for_data(fs, count) {
         // Frees waiting for a commit may make the room: `Fs::with_room` commits with the
         // lock released and tries again.
         return Err(FsError::NoSpace(format!(
