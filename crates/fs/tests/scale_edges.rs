@@ -133,3 +133,38 @@ fn punching_every_other_block_of_a_full_file_system_never_aborts() {
     let report = fsck(dev).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
 }
+
+#[test]
+fn an_inode_freed_in_a_full_group_is_used_again() {
+    // 1 KiB blocks: groups of 8 MiB, 128 inodes each.
+    let dev = Arc::new(SimDevice::new(64 << 20));
+    let opts = MkfsOptions {
+        block_size: Some(1024),
+        inode_ratio: Some(65536),
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.clone(), &opts).unwrap();
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let root = fs.root();
+    let inos: Vec<u32> = (0..300)
+        .map(|i| {
+            fs.create(root, format!("f{i}").as_bytes(), 0o644, 0, 0)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    // The root's group filled first; the allocator remembers it full.
+    let in_first_group = |ino: u32| ino <= 128;
+    let freed = inos[50];
+    assert!(in_first_group(freed) && !in_first_group(inos[299]));
+    fs.unlink(root, b"f50").unwrap();
+    let again = fs.create(root, b"again", 0o644, 0, 0).unwrap().ino;
+    assert_eq!(
+        again, freed,
+        "the free inode in the root's group was passed over"
+    );
+    fs.unmount().unwrap();
+    let report = fsck(dev).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
