@@ -92,9 +92,11 @@ impl Backing {
                 Backing::Zram,
                 format!(
                     "Backing: /dev/zram0 ({}), sized anew for each file system and reset after each system; the same for jext and ext4.",
+                    // "lzo [lzo-rle] lz4": the one in brackets is in use.
                     std::fs::read_to_string("/sys/block/zram0/comp_algorithm")
-                        .map(|s| s.trim().to_string())
-                        .unwrap_or_default()
+                        .ok()
+                        .and_then(|s| Some(s.split_once('[')?.1.split_once(']')?.0.to_string()))
+                        .unwrap_or_else(|| "?".into())
                 ),
             ),
             Some(why) => {
