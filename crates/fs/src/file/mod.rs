@@ -199,7 +199,10 @@ pub(crate) fn fallocate(
     let wanted: u64 = holes.iter().map(|(_, n)| n).sum();
     // As ext4, preallocation leaves the metadata reserve and the dirty pages' blocks
     // alone: a later punch that splits an extent, or writeback, may need them.
-    if !st.alloc.has_room_for_data(fs, wanted + ALLOCATION_METADATA_BLOCKS) {
+    if !st
+        .alloc
+        .has_room_for_data(fs, wanted + ALLOCATION_METADATA_BLOCKS)
+    {
         return Err(FsError::NoSpace(format!(
             "inode {ino}: {wanted} blocks to preallocate"
         )));
