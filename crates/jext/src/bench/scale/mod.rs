@@ -162,11 +162,16 @@ fn linux_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::R
 fn library_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
     let _ = writeln!(
         out,
-        "\n### One directory of N entries through the jext library\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | e2fsck -fn |\n|---|---|---|---|---|---|---|"
+        "\n### One directory of N entries through the jext library\n\nCPU: of this process (the creating thread and jext's journal threads) per create, first and last tenth; on a loaded machine it is flatter than the rates, which also count time spent waiting for a CPU.\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | CPU first / last tenth (us per create) | CPU last / first | e2fsck -fn |\n|---|---|---|---|---|---|---|---|---|"
     );
     for &entries in &opts.dir_entries {
         let (rates, verdict) = jext_dir_row(scratch, entries)?;
-        let _ = writeln!(out, "| {entries} | {} | {verdict} |", rates.cells());
+        let _ = writeln!(
+            out,
+            "| {entries} | {} | {} | {verdict} |",
+            rates.cells(),
+            rates.cpu_cells()
+        );
         eprintln!("jext bench scale: directory, {entries} entries: done");
     }
     Ok(())
@@ -190,7 +195,7 @@ fn mount_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::R
 /// Creates and lists `count` empty files in `dir` through the kernel (any mount).
 fn mounted_dir_rates(dir: &Path, count: usize) -> io::Result<DirRates> {
     std::fs::create_dir(dir)?;
-    let tenths_per_s = timed_creates(count, |i| {
+    let (tenths_per_s, cpu_us_per_create) = timed_creates(count, |i| {
         std::fs::File::create(dir.join(entry_name(i))).map(drop)
     })?;
     let started = Instant::now();
@@ -202,7 +207,11 @@ fn mounted_dir_rates(dir: &Path, count: usize) -> io::Result<DirRates> {
             dir.display()
         )));
     }
-    Ok(DirRates { tenths_per_s, list })
+    Ok(DirRates {
+        tenths_per_s,
+        cpu_us_per_create,
+        list,
+    })
 }
 
 fn jext_mount_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, String)> {
@@ -239,6 +248,8 @@ fn e2fsck_verdict(img: &Path) -> io::Result<String> {
 struct DirRates {
     /// Names per second in each tenth of the creates.
     tenths_per_s: Vec<f64>,
+    /// CPU time of this process per create in each tenth (microseconds).
+    cpu_us_per_create: Vec<f64>,
     list: Duration,
 }
 
@@ -258,24 +269,46 @@ impl DirRates {
             self.list.as_secs_f64() * 1e3
         )
     }
+
+    /// The CPU cells: first and last tenth, and their ratio.
+    fn cpu_cells(&self) -> String {
+        let first = self.cpu_us_per_create.first().copied().unwrap_or(0.0);
+        let last = self.cpu_us_per_create.last().copied().unwrap_or(0.0);
+        format!("{first:.1} / {last:.1} | {:.2}", last / first)
+    }
 }
 
-/// Creates `count` names with `make`; returns the rate (names/s) of each tenth, in order.
+/// CPU time this process has used (user and system, every thread), in microseconds.
+fn process_cpu_us() -> f64 {
+    // SAFETY: an all-zero `rusage` is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only into the struct it is given, which lives on this stack.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(usage.ru_utime) + us(usage.ru_stime)
+}
+
+/// Creates `count` names with `make`; returns the rate (names/s) and this process's CPU
+/// time per name (microseconds) of each tenth, in order.
 fn timed_creates(
     count: usize,
     mut make: impl FnMut(usize) -> io::Result<()>,
-) -> io::Result<Vec<f64>> {
+) -> io::Result<(Vec<f64>, Vec<f64>)> {
     let tenth = (count / 10).max(1);
-    let mut rates = Vec::with_capacity(10);
+    let (mut rates, mut cpu) = (Vec::with_capacity(10), Vec::with_capacity(10));
     let mut started = Instant::now();
+    let mut cpu_started = process_cpu_us();
     for i in 0..count {
         make(i)?;
         if (i + 1) % tenth == 0 {
             rates.push(tenth as f64 / started.elapsed().as_secs_f64().max(1e-9));
+            let cpu_now = process_cpu_us();
+            cpu.push((cpu_now - cpu_started) / tenth as f64);
             started = Instant::now();
+            cpu_started = cpu_now;
         }
     }
-    Ok(rates)
+    Ok((rates, cpu))
 }
 
 /// A fresh sparse image of `bytes` with jext's mkfs defaults.
@@ -300,7 +333,7 @@ fn jext_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, Stri
     make_jext_image(&img, dir_image_bytes(entries))?;
     let fs = Fs::open_path(&img, MountOptions::default()).map_err(io::Error::other)?;
     let dir = fs.mkdir_path("/d", 0o755).map_err(io::Error::other)?.ino;
-    let tenths_per_s = timed_creates(entries, |i| {
+    let (tenths_per_s, cpu_us_per_create) = timed_creates(entries, |i| {
         fs.create(dir, entry_name(i).as_bytes(), 0o644, 0, 0)
             .map(drop)
             .map_err(io::Error::other)
@@ -323,7 +356,14 @@ fn jext_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, Stri
     fs.unmount().map_err(io::Error::other)?;
     let verdict = e2fsck_verdict(&img)?;
     std::fs::remove_file(&img)?;
-    Ok((DirRates { tenths_per_s, list }, verdict))
+    Ok((
+        DirRates {
+            tenths_per_s,
+            cpu_us_per_create,
+            list,
+        },
+        verdict,
+    ))
 }
 
 /// Writes `files` empty files into one directory through a Linux loop mount, then
