@@ -162,15 +162,16 @@ fn linux_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::R
 fn library_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
     let _ = writeln!(
         out,
-        "\n### One directory of N entries through the jext library\n\nCPU: of this process (the creating thread and jext's journal threads) per create, first and last tenth; on a loaded machine it is flatter than the rates, which also count time spent waiting for a CPU.\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | CPU first / last tenth (us per create) | CPU last / first | e2fsck -fn |\n|---|---|---|---|---|---|---|---|---|"
+        "\n### One directory of N entries through the jext library\n\nCPU: of this process (the creating thread and jext's journal threads) per create, first and last tenth; on a loaded machine it is flatter than the rates, which also count time spent waiting for a CPU.\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | CPU first / last tenth (us per create) | CPU last / first | journal blocks logged per create, each tenth | blocks checkpointed per create, each tenth | e2fsck -fn |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for &entries in &opts.dir_entries {
         let (rates, verdict) = jext_dir_row(scratch, entries)?;
         let _ = writeln!(
             out,
-            "| {entries} | {} | {} | {verdict} |",
+            "| {entries} | {} | {} | {} | {verdict} |",
             rates.cells(),
-            rates.cpu_cells()
+            rates.cpu_cells(),
+            rates.journal_cells()
         );
         eprintln!("jext bench scale: directory, {entries} entries: done");
     }
@@ -195,9 +196,11 @@ fn mount_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::R
 /// Creates and lists `count` empty files in `dir` through the kernel (any mount).
 fn mounted_dir_rates(dir: &Path, count: usize) -> io::Result<DirRates> {
     std::fs::create_dir(dir)?;
-    let (tenths_per_s, cpu_us_per_create) = timed_creates(count, |i| {
-        std::fs::File::create(dir.join(entry_name(i))).map(drop)
-    })?;
+    let (tenths_per_s, cpu_us_per_create) = timed_creates(
+        count,
+        |i| std::fs::File::create(dir.join(entry_name(i))).map(drop),
+        || {},
+    )?;
     let started = Instant::now();
     let listed = std::fs::read_dir(dir)?.count();
     let list = started.elapsed();
@@ -210,6 +213,7 @@ fn mounted_dir_rates(dir: &Path, count: usize) -> io::Result<DirRates> {
     Ok(DirRates {
         tenths_per_s,
         cpu_us_per_create,
+        journal_per_create: Vec::new(),
         list,
     })
 }
@@ -250,6 +254,9 @@ struct DirRates {
     tenths_per_s: Vec<f64>,
     /// CPU time of this process per create in each tenth (microseconds).
     cpu_us_per_create: Vec<f64>,
+    /// jext's journal in each tenth: blocks logged and blocks checkpointed per create
+    /// (empty where jext's journal is not in this process).
+    journal_per_create: Vec<(f64, f64)>,
     list: Duration,
 }
 
@@ -268,6 +275,19 @@ impl DirRates {
             tenths.join(" "),
             self.list.as_secs_f64() * 1e3
         )
+    }
+
+    /// The journal cells: blocks logged, then blocks checkpointed, per create, each tenth.
+    fn journal_cells(&self) -> String {
+        let each = |pick: fn(&(f64, f64)) -> f64| {
+            let cells: Vec<String> = self
+                .journal_per_create
+                .iter()
+                .map(|t| format!("{:.2}", pick(t)))
+                .collect();
+            cells.join(" ")
+        };
+        format!("{} | {}", each(|t| t.0), each(|t| t.1))
     }
 
     /// The CPU cells: first and last tenth, and their ratio.
@@ -289,10 +309,12 @@ fn process_cpu_us() -> f64 {
 }
 
 /// Creates `count` names with `make`; returns the rate (names/s) and this process's CPU
-/// time per name (microseconds) of each tenth, in order.
+/// time per name (microseconds) of each tenth, in order. `at_tenth` runs after each
+/// tenth, outside the timing.
 fn timed_creates(
     count: usize,
     mut make: impl FnMut(usize) -> io::Result<()>,
+    mut at_tenth: impl FnMut(),
 ) -> io::Result<(Vec<f64>, Vec<f64>)> {
     let tenth = (count / 10).max(1);
     let (mut rates, mut cpu) = (Vec::with_capacity(10), Vec::with_capacity(10));
@@ -304,8 +326,9 @@ fn timed_creates(
             rates.push(tenth as f64 / started.elapsed().as_secs_f64().max(1e-9));
             let cpu_now = process_cpu_us();
             cpu.push((cpu_now - cpu_started) / tenth as f64);
+            at_tenth();
             started = Instant::now();
-            cpu_started = cpu_now;
+            cpu_started = process_cpu_us();
         }
     }
     Ok((rates, cpu))
@@ -333,11 +356,25 @@ fn jext_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, Stri
     make_jext_image(&img, dir_image_bytes(entries))?;
     let fs = Fs::open_path(&img, MountOptions::default()).map_err(io::Error::other)?;
     let dir = fs.mkdir_path("/d", 0o755).map_err(io::Error::other)?.ino;
-    let (tenths_per_s, cpu_us_per_create) = timed_creates(entries, |i| {
-        fs.create(dir, entry_name(i).as_bytes(), 0o644, 0, 0)
-            .map(drop)
-            .map_err(io::Error::other)
-    })?;
+    let mut journal_per_create = Vec::new();
+    let mut journal_before = fs.journal_stats();
+    let per_tenth = (entries / 10).max(1) as f64;
+    let (tenths_per_s, cpu_us_per_create) = timed_creates(
+        entries,
+        |i| {
+            fs.create(dir, entry_name(i).as_bytes(), 0o644, 0, 0)
+                .map(drop)
+                .map_err(io::Error::other)
+        },
+        || {
+            let now = fs.journal_stats();
+            journal_per_create.push((
+                (now.blocks_logged - journal_before.blocks_logged) as f64 / per_tenth,
+                (now.blocks_checkpointed - journal_before.blocks_checkpointed) as f64 / per_tenth,
+            ));
+            journal_before = now;
+        },
+    )?;
     let started = Instant::now();
     let mut cookie = 0;
     let mut listed = 0;
@@ -360,6 +397,7 @@ fn jext_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, Stri
         DirRates {
             tenths_per_s,
             cpu_us_per_create,
+            journal_per_create,
             list,
         },
         verdict,
