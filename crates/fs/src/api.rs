@@ -445,14 +445,18 @@ impl Fs {
     }
 
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        self.with_room(|fs, st| file::write(fs, st, ino, offset, data, true))
+        let written = self.with_room(|fs, st| file::write(fs, st, ino, offset, data, true))?;
+        file::balance_dirty(self.inner(), ino)?;
+        Ok(written)
     }
 
     /// A write of pages a kernel cached earlier (FUSE's writeback cache): that kernel keeps
     /// the file's mtime and ctime itself and sends them with a `setattr`, which may come
     /// before these pages do, so the write changes data and size but not the times.
     pub fn write_cached(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        self.with_room(|fs, st| file::write(fs, st, ino, offset, data, false))
+        let written = self.with_room(|fs, st| file::write(fs, st, ino, offset, data, false))?;
+        file::balance_dirty(self.inner(), ino)?;
+        Ok(written)
     }
 
     /// `fsync` (`datasync`: `fdatasync`): returns once the file is durable.
@@ -473,6 +477,12 @@ impl Fs {
 
     fn sync_file(&self, ino: Ino, datasync: bool, promise: Promise) -> FsResult<()> {
         let fs = self.inner();
+        drop(self.lock()?);
+        if !fs.is_read_only() {
+            // The bulk of the data with the lock released between batches; what is left
+            // (pages dirtied since, the times, the last batch) is planned with the sync.
+            file::write_back_unlocked(fs, ino, false)?;
+        }
         let (tid, flush, in_flight, fast_commit) = {
             let mut st = self.lock()?;
             let (tid, flush, in_flight) = file::prepare_sync(fs, &mut st, ino, datasync)?;
@@ -601,18 +611,23 @@ impl Fs {
 
     /// Writes back all dirty data and commits (`sync(2)`).
     pub fn sync(&self) -> FsResult<()> {
-        {
+        let fs = self.inner();
+        let files: Vec<u32> = {
+            let st = self.lock()?;
+            st.pages.dirty_files().into_iter().map(|(i, _)| i).collect()
+        };
+        if !fs.is_read_only() {
+            for &ino in &files {
+                file::write_back_unlocked(fs, ino, false)?;
+            }
+            // What is left: times, sizes past the data, pages dirtied meanwhile.
             let mut st = self.lock()?;
-            let fs = self.inner();
-            if !fs.is_read_only() {
-                let files: Vec<u32> = st.pages.dirty_files().into_iter().map(|(i, _)| i).collect();
-                let dirty = st.dirty_inodes();
-                for ino in files.into_iter().chain(dirty) {
-                    file::writeback(fs, &mut st, ino, true)?;
-                }
+            let dirty = st.dirty_inodes();
+            for ino in files.into_iter().chain(dirty) {
+                file::writeback(fs, &mut st, ino, true)?;
             }
         }
-        self.inner().journal.commit_all()?;
+        fs.journal.commit_all()?;
         Ok(())
     }
 

@@ -3,9 +3,9 @@
 //! then the oldest files until dirty data is under the background threshold, then inodes
 //! whose only change is their times (`WritebackPolicy` holds the numbers).
 //!
-//! Each file's data writes go in flight under the file system lock and are waited for
-//! with it released, so an fsync or a write of another file is not held up for the
-//! whole tick's IO, only for one file's planning.
+//! Each file's data goes out a batch per hold of the file system lock, waited for with it
+//! released (`file::write_back_unlocked`), so an fsync or a write of another file is not
+//! held up for the tick's IO, only for the planning of a batch.
 //!
 //! Promises: a tick does nothing on a read-only or failed file system, and an error it
 //! meets is recorded as the file system's error (which then refuses changes) instead of
@@ -61,8 +61,8 @@ pub(crate) fn writeback_due(fs: &FsInner) -> FsResult<()> {
         expired.chain(oldest).chain(times).collect()
     };
     for (ino, due) in candidates {
-        let in_flight = {
-            let mut st = fs.state.lock();
+        {
+            let st = fs.state.lock();
             if !may_write_back(fs, &st) {
                 return Ok(());
             }
@@ -75,9 +75,8 @@ pub(crate) fn writeback_due(fs: &FsInner) -> FsResult<()> {
             if !wanted {
                 continue;
             }
-            file::issue_writeback(fs, &mut st, ino, true)?.1
-        };
-        in_flight.finish(fs)?;
+        }
+        file::write_back_unlocked(fs, ino, true)?;
     }
     fs.state.lock().pages.evict_over_capacity();
     Ok(())

@@ -1,7 +1,7 @@
 //! Writing file data: writes land in the page cache (delayed allocation), and a page that
 //! has no block yet reserves one, so writeback can never run out of space for data already
 //! accepted. Dirty data over the throttle threshold is written back by the writer itself,
-//! oldest files first.
+//! its own file and then the oldest, after the write released the lock ([`balance_dirty`]).
 //!
 //! Promises: a write that returned is in the page cache with its block reserved and the
 //! in-memory size covering it. Must never allocate blocks (writeback does) nor wait for a
@@ -68,7 +68,6 @@ pub(crate) fn write(
             info.dirty = true;
         }
     }
-    balance_dirty(fs, st, ino)?;
     Ok(data.len())
 }
 
@@ -109,33 +108,30 @@ fn reserve(fs: &FsInner, st: &mut FsState, ino: u32, first: u64, last: u64) -> F
     Ok(())
 }
 
-/// Writes back when dirty data passes the throttle threshold, this file first.
-fn balance_dirty(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
+/// Dirty throttling, called after a write with the lock released: when dirty data passed
+/// the throttle threshold, the writer writes back its own file, then the oldest dirty
+/// files until dirty data is at half the threshold, as the kernel's `balance_dirty_pages`
+/// holds a writer back. Each file goes out a batch per hold of the lock, its data waited
+/// for without it, so other operations (an fsync beside a bulk writer) are not held up for
+/// the transfer. The order of the other files is taken once: sorting every dirty file again
+/// after each one made a cache full of small files quadratic.
+pub(crate) fn balance_dirty(fs: &FsInner, ino: u32) -> FsResult<()> {
     let percent = jext_cache::WritebackPolicy::default().throttle_percent as usize;
-    let limit = st.pages.capacity_bytes() / 100 * percent;
-    if st.pages.dirty_bytes() <= limit {
-        return Ok(());
-    }
-    writeback(fs, st, ino, false)?;
-    write_back_oldest(fs, st, limit / 2, false)?;
-    st.pages.evict_over_capacity();
-    Ok(())
-}
-
-/// Writes back files, oldest dirtied first, until no more than `limit_bytes` are dirty.
-/// The order is taken once: sorting every dirty file again after each one made a cache
-/// full of small files quadratic.
-fn write_back_oldest(
-    fs: &FsInner,
-    st: &mut FsState,
-    limit_bytes: usize,
-    with_times: bool,
-) -> FsResult<()> {
-    for (ino, _) in st.pages.dirty_files() {
-        if st.pages.dirty_bytes() <= limit_bytes {
+    let (limit, oldest) = {
+        let st = fs.state.lock();
+        let limit = st.pages.capacity_bytes() / 100 * percent;
+        if st.pages.dirty_bytes() <= limit {
+            return Ok(());
+        }
+        (limit, st.pages.dirty_files())
+    };
+    writeback::write_back_unlocked(fs, ino, false)?;
+    for (other, _) in oldest {
+        if fs.state.lock().pages.dirty_bytes() <= limit / 2 {
             break;
         }
-        writeback(fs, st, ino, with_times)?;
+        writeback::write_back_unlocked(fs, other, false)?;
     }
+    fs.state.lock().pages.evict_over_capacity();
     Ok(())
 }

@@ -37,6 +37,52 @@ pub(crate) fn writeback(
     Ok(tid)
 }
 
+/// Writes back the pages of `ino` that are dirty when it starts, one batch per hold of the
+/// file system lock, each batch's data waited for with the lock released: a large file's
+/// writeback (dirty throttling, the writeback thread, sync, a big fsync) holds up other
+/// operations only while it plans each batch, never for the data's transfer. Pages
+/// dirtied after it started are left for the next writeback, so a writer that keeps
+/// dirtying the file cannot keep it going. With `with_times`, the inode's times (and a size
+/// past the data) are journaled at the end unless new pages were dirtied meanwhile, which
+/// leaves them to the next writeback.
+pub(crate) fn write_back_unlocked(fs: &FsInner, ino: u32, with_times: bool) -> FsResult<()> {
+    let batches: Vec<Vec<u64>> = {
+        let st = fs.state.lock();
+        let Some(info) = st.inodes.get(&ino) else {
+            return Ok(());
+        };
+        let journal_data = fs.journals_data(&info.raw);
+        let dirty = st.pages.dirty_indices(ino);
+        batches(fs, journal_data, &dirty)
+            .into_iter()
+            .map(<[u64]>::to_vec)
+            .collect()
+    };
+    for batch in batches {
+        let in_flight = {
+            let mut st = fs.state.lock();
+            crate::tx::check_writable(fs, &st)?;
+            crate::inodes::load(fs, &mut st, ino)?;
+            // Another writeback (or a truncate) may have taken some of them meanwhile.
+            let still_dirty: Vec<u64> = batch
+                .into_iter()
+                .filter(|&i| st.pages.is_dirty(ino, i))
+                .collect();
+            if still_dirty.is_empty() {
+                continue;
+            }
+            st.note_data_change(ino);
+            writeback_batch(fs, &mut st, ino, &still_dirty, false)?.1
+        };
+        in_flight.finish(fs)?;
+    }
+    let mut st = fs.state.lock();
+    if with_times && st.inodes.contains_key(&ino) && !st.pages.has_dirty(ino) {
+        write_back_metadata(fs, &mut st, ino, with_times)?;
+    }
+    Ok(())
+}
+
 /// [`writeback`], except that the last batch's data writes (and the handle mapping their
 /// blocks) are returned in flight for the caller to finish.
 pub(crate) fn issue_writeback(
@@ -62,16 +108,29 @@ pub(crate) fn issue_writeback(
         tid = batch_tid.or(tid);
         in_flight = batch_in_flight;
     }
+    if dirty.is_empty() {
+        tid = write_back_metadata(fs, st, ino, with_times)?.or(tid);
+    }
+    Ok((tid, in_flight))
+}
+
+/// For a file with no dirty pages: journals a size change past the data (a hole) and,
+/// with `with_times`, changed times; returns the transaction, if one was needed.
+fn write_back_metadata(
+    fs: &FsInner,
+    st: &mut FsState,
+    ino: u32,
+    with_times: bool,
+) -> FsResult<Option<Tid>> {
     let info = st.inodes.get(&ino);
     let size_unwritten = info.is_some_and(|i| i.raw.size() != i.size && i.is_reg());
     let times = with_times && info.is_some_and(|i| i.dirty);
-    if dirty.is_empty() && (size_unwritten || times) {
-        // Only metadata is dirty: a size change past the data (a hole), or times.
-        let mut tx = Tx::begin(fs, st, 4)?;
-        let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
-        tid = Some(tx.end(r)?);
+    if !(size_unwritten || times) {
+        return Ok(None);
     }
-    Ok((tid, in_flight))
+    let mut tx = Tx::begin(fs, st, 4)?;
+    let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
+    tx.end(r).map(Some)
 }
 
 /// Sets the on-disk size as far as `written_end` allows and journals the inode.
