@@ -722,7 +722,10 @@ fn pjdfstest_passes_on_jext_what_it_passes_on_ext4() {
         let (on_jext, jext_summary) = pjdfstest(&config, &s.mnt());
         umount(&s);
         e2fsck_clean(&s.image());
-        eprintln!("pjdfstest on ext4: {ext4_summary}\npjdfstest on jext: {jext_summary}");
+        eprintln!(
+            "pjdfstest on ext4: {ext4_summary}\npjdfstest on jext ({}): {jext_summary}",
+            transport_name()
+        );
         let passed = |v: &BTreeMap<String, String>| v.values().filter(|r| *r == "ok").count();
         let missing: Vec<String> = on_ext4
             .iter()

@@ -462,7 +462,9 @@ impl<FS: Filesystem> Session<FS> {
             let res = filesystem.init(Request::ref_cast(request.header()), &mut config);
             // jext patch: FUSE over io_uring, when asked for and offered.
             if res.is_ok() && self.config.uring {
-                if config
+                if let Some(why) = crate::uring::rings_refused() {
+                    self.transport = Transport::DevFuseFallback(why);
+                } else if config
                     .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
                     .is_ok()
                 {

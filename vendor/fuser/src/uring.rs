@@ -96,6 +96,16 @@ pub fn uring_unavailable() -> Option<String> {
     }
 }
 
+/// Whether this process can set up the io_urings the queues need (`kernel.io_uring_disabled`
+/// or a seccomp filter can forbid it). Asked before INIT agrees on the transport: once it
+/// has, the kernel holds every request until each CPU's queue has an entry.
+pub(crate) fn rings_refused() -> Option<String> {
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .build(2)
+        .err()
+        .map(|e| format!("this process cannot set up an io_uring ({e})"))
+}
+
 /// Why the kernel did not offer `FUSE_OVER_IO_URING` at INIT.
 pub(crate) fn refusal() -> String {
     uring_unavailable().unwrap_or_else(|| {
@@ -365,6 +375,8 @@ pub(crate) fn serve_queue<FS: Filesystem>(
     let reply = Arc::new(RingReply::default());
     let iovecs = memory.iovecs();
     let mut next = register_sqe(fuse_fd, qid, &iovecs);
+    // REGISTER answers only when it fails, or with the entry's first request.
+    let mut registered = false;
     loop {
         // SAFETY: the SQE's buffers (the entry's memory, and for REGISTER the iovec array,
         // which the kernel copies at submission) outlive the command: the memory is freed
@@ -390,6 +402,15 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 unsafe { std::mem::ManuallyDrop::drop(&mut memory) };
                 return Ok(());
             }
+            errno if !registered => {
+                // The kernel refused the entry and went back to /dev/fuse for the whole
+                // connection: said where the daemon's messages go, as a fallback is.
+                eprintln!(
+                    "FUSE over io_uring: queue {qid} refused ({}); serving through /dev/fuse",
+                    io::Error::from_raw_os_error(errno)
+                );
+                return Ok(());
+            }
             errno => {
                 let e = io::Error::from_raw_os_error(errno);
                 return Err(io::Error::new(
@@ -398,6 +419,7 @@ pub(crate) fn serve_queue<FS: Filesystem>(
                 ));
             }
         }
+        registered = true;
         let commit_id = memory.commit_id();
         let answer = match memory.assemble() {
             Some(range) => {

@@ -49,6 +49,14 @@ pub fn on_each_transport(test: impl Fn()) {
     }
 }
 
+/// The running test's transport, to name in what it prints.
+pub fn transport_name() -> &'static str {
+    match TRANSPORT.get() {
+        "" => "/dev/fuse",
+        transport => transport,
+    }
+}
+
 /// `options` with the running test's transport.
 fn with_transport(options: &str) -> String {
     match (options, TRANSPORT.get()) {
