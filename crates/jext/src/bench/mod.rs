@@ -412,8 +412,8 @@ pub fn systems(root: bool) -> Vec<System> {
             writeback_cache: true,
             uring: false,
         });
-        // The other transport: one system call per request instead of two, served on
-        // the caller's CPU (issue 11). Only where root has switched it on.
+        // The other transport: one system call per request instead of two, on a queue
+        // per CPU (issue 11). Only where root has switched it on.
         let uring = System::JextFuse {
             mode: DataMode::Ordered,
             writeback_cache: false,
