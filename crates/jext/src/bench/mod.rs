@@ -335,7 +335,8 @@ pub fn headline_systems(root: bool) -> Vec<System> {
             System::JextFuse {
                 mode,
                 writeback_cache,
-            } => *mode == DataMode::Ordered && !writeback_cache,
+                uring,
+            } => *mode == DataMode::Ordered && !writeback_cache && !uring,
             System::RawFile | System::RawLoop | System::Fuse2fs | System::Block(_) => true,
         })
         .collect()
@@ -403,12 +404,25 @@ pub fn systems(root: bool) -> Vec<System> {
         all.extend(modes.map(|mode| System::JextFuse {
             mode,
             writeback_cache: false,
+            uring: false,
         }));
         // The kernel's writeback cache merges writes and keeps times and sizes itself.
         all.push(System::JextFuse {
             mode: DataMode::Ordered,
             writeback_cache: true,
+            uring: false,
         });
+        // The other transport: one system call per request instead of two, on a queue
+        // per CPU (issue 11). Only where root has switched it on.
+        let uring = System::JextFuse {
+            mode: DataMode::Ordered,
+            writeback_cache: false,
+            uring: true,
+        };
+        match jext_fuse::uring_unavailable() {
+            None => all.push(uring),
+            Some(why) => eprintln!("jext bench: {} SKIPPED: {why}", uring.name()),
+        }
         all.push(System::Fuse2fs);
     }
     all.extend(block_systems(root));
@@ -649,6 +663,7 @@ mod tests {
             assert!(e.applies_to(&System::JextFuse {
                 mode: DataMode::Ordered,
                 writeback_cache: false,
+                uring: false,
             }));
         }
     }
@@ -699,6 +714,7 @@ mod tests {
         assert!(barrier.applies_to(&System::JextFuse {
             mode: DataMode::Ordered,
             writeback_cache: false,
+            uring: false,
         }));
         assert_eq!(
             labels(Experiment::IoPerFsync, &quick),

@@ -55,10 +55,12 @@ pub enum System {
         features: &'static str,
     },
     /// jext through its FUSE mount on a loop device, used through ordinary file calls.
-    /// With `writeback_cache`, mounted with `-o writeback_cache`.
+    /// With `writeback_cache`, mounted with `-o writeback_cache`; with `uring`, with
+    /// `-o fuse_uring` (requests through FUSE over io_uring instead of `/dev/fuse`).
     JextFuse {
         mode: DataMode,
         writeback_cache: bool,
+        uring: bool,
     },
     /// fuse2fs (e2fsprogs' user-space ext4) on a loop device made by mkfs.ext4.
     Fuse2fs,
@@ -119,12 +121,17 @@ impl System {
             System::Ext4 { options, features } => format!("ext4 {options} -O {features}"),
             System::JextFuse {
                 mode,
-                writeback_cache: false,
-            } => format!("jext {} (FUSE)", mode_name(*mode)),
-            System::JextFuse {
-                mode,
-                writeback_cache: true,
-            } => format!("jext {},writeback_cache (FUSE)", mode_name(*mode)),
+                writeback_cache,
+                uring,
+            } => {
+                let cache = if *writeback_cache {
+                    ",writeback_cache"
+                } else {
+                    ""
+                };
+                let transport = if *uring { " io_uring" } else { "" };
+                format!("jext {}{cache} (FUSE{transport})", mode_name(*mode))
+            }
             System::Fuse2fs => "fuse2fs".into(),
             System::Block(BlockTarget::Sim(preset)) => format!("sim {} (barrier)", preset.name()),
             System::Block(BlockTarget::File(engine)) => format!("image file ({})", engine.name()),
@@ -212,6 +219,7 @@ impl System {
                 System::JextFuse {
                     mode,
                     writeback_cache,
+                    uring,
                 },
                 Some(dev),
             ) => {
@@ -224,7 +232,8 @@ impl System {
                 } else {
                     ""
                 };
-                let options = format!("{}{cache}", mode_name(*mode));
+                let transport = if *uring { ",fuse_uring" } else { "" };
+                let options = format!("{}{cache}{transport}", mode_name(*mode));
                 Target::Mounted(Mount::jext(dev.path_str(), &point, &options)?)
             }
             (System::Fuse2fs, Some(dev)) => {
