@@ -144,7 +144,10 @@ fn logged_version(st: &State, block: u64) -> Option<Arc<[u8]>> {
             return None;
         }
     }
-    st.checkpoint.blocks.get(&block).map(|(_, data)| data.clone())
+    st.checkpoint
+        .blocks
+        .get(&block)
+        .map(|(_, data)| data.clone())
 }
 
 /// Which blocks go whole and which as byte records (module comment). The bases are

@@ -936,7 +936,10 @@ impl Handle {
             return Err(err.clone());
         }
         let in_log = st.checkpoint.blocks.contains_key(&block)
-            || st.committing.iter().any(|t| t.block_index.contains_key(&block));
+            || st
+                .committing
+                .iter()
+                .any(|t| t.block_index.contains_key(&block));
         let t = st
             .running
             .as_mut()

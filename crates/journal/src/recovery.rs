@@ -39,9 +39,9 @@
 //! Must never: write before the passes finish, guess past a damaged block, panic on bytes.
 
 use crate::format::blocks::{unescape, BlockKind, CommitBlock, Csum, LogFormat, Tag};
-use crate::format::records::{Record, RecordKind};
 use crate::format::crc32_be;
 use crate::format::fast_commit::{self, FastCommitScan};
+use crate::format::records::{Record, RecordKind};
 use crate::format::superblock::{
     JournalSuperblock, INCOMPAT_ASYNC_COMMIT, INCOMPAT_JEXT_PERCORE, INCOMPAT_JEXT_SINGLE_IO,
 };
@@ -883,11 +883,7 @@ fn replay(
         for record in &rebuild.records {
             record.apply(&mut data);
         }
-        batch.push(WriteRequest::new(
-            offset,
-            Arc::from(data),
-            IoFlags::empty(),
-        ));
+        batch.push(WriteRequest::new(offset, Arc::from(data), IoFlags::empty()));
         if batch.len() == BATCH_BLOCKS {
             io.submit(std::mem::replace(
                 &mut batch,
@@ -927,9 +923,9 @@ fn mark_empty(io: &IoQueue, scan: &AreaScan<'_>) -> Result<(), JournalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::JBD2_MAGIC;
     use crate::format::records::plan_record;
     use crate::format::superblock::INCOMPAT_JEXT_RECORDS;
+    use crate::format::JBD2_MAGIC;
     use crate::log::{CommitMode, LogFeatures, LogLayout, LogPlan, RecordMode};
     use jext_device::{BlockDevice, SimDevice};
     use std::time::SystemTime;
@@ -1076,7 +1072,8 @@ mod tests {
         // Home contents before the crash.
         let home70 = patterned(70);
         dev.write_at(70 * bs as u64, &home70, false).unwrap();
-        dev.write_at(60 * bs as u64, &vec![0xEE; bs], false).unwrap();
+        dev.write_at(60 * bs as u64, &vec![0xEE; bs], false)
+            .unwrap();
         dev.write_at(80 * bs as u64, &patterned(80), false).unwrap();
         let v50_1 = patterned(50);
         let v50_2 = changed(&v50_1, 10, 1);

@@ -163,12 +163,7 @@ fn changed_runs(base: Option<&[u8]>, new: &[u8], limit: usize) -> Option<Vec<(us
 /// The smallest record that turns `base` (recovery's state of the block before this
 /// transaction, if the journal knows it) into `new`: a DELTA on `base`, or ZEROED; `None`
 /// when neither fits in `limit` bytes (the block is then logged whole).
-pub fn plan_record(
-    fs_block: u64,
-    base: Option<&[u8]>,
-    new: &[u8],
-    limit: usize,
-) -> Option<Record> {
+pub fn plan_record(fs_block: u64, base: Option<&[u8]>, new: &[u8], limit: usize) -> Option<Record> {
     let delta = base.and_then(|base| changed_runs(Some(base), new, limit));
     let zeroed = changed_runs(None, new, limit);
     let cost = |runs: &[(usize, usize)]| -> usize {
@@ -201,7 +196,10 @@ pub fn pack(records: &[Record], block_size: usize) -> Vec<&[Record]> {
     let (mut start, mut used) = (0, 0);
     for (i, record) in records.iter().enumerate() {
         let len = record.encoded_len();
-        assert!(len <= capacity, "a record of {len} bytes in a block of {block_size}");
+        assert!(
+            len <= capacity,
+            "a record of {len} bytes in a block of {block_size}"
+        );
         if used + len > capacity {
             groups.push(&records[start..i]);
             (start, used) = (i, 0);
@@ -225,7 +223,8 @@ impl LogFormat {
         let mut at = RECORDS_HEADER_SIZE;
         for record in records {
             assert!(
-                at + record.encoded_len() <= records_capacity(self.block_size) + RECORDS_HEADER_SIZE,
+                at + record.encoded_len()
+                    <= records_capacity(self.block_size) + RECORDS_HEADER_SIZE,
                 "records overflow their block"
             );
             put_u64(&mut block, at, record.fs_block);
@@ -381,7 +380,10 @@ mod tests {
             assert_eq!((block[24], block[25], u16_at(&block, 26)), (1, 0, 2));
             assert_eq!((u16_at(&block, 28), u16_at(&block, 30)), (264, 9));
             let used = u32_at(&block, 12) as usize;
-            assert_eq!(used, 16 + records.iter().map(Record::encoded_len).sum::<usize>());
+            assert_eq!(
+                used,
+                16 + records.iter().map(Record::encoded_len).sum::<usize>()
+            );
             let mut flipped = block.clone();
             flipped[20] ^= 1;
             assert!(!f.tail_is_valid(&flipped));
@@ -398,8 +400,7 @@ mod tests {
         assert_eq!(block, new);
         delta.apply(&mut block);
         assert_eq!(block, new, "applied twice (recovery run again)");
-        let zeroed = plan_record(1, None, &[&[0u8; 4000][..], &[5u8; 96]].concat(), 2048)
-            .unwrap();
+        let zeroed = plan_record(1, None, &[&[0u8; 4000][..], &[5u8; 96]].concat(), 2048).unwrap();
         assert_eq!(zeroed.kind, RecordKind::Zeroed);
         let mut garbage = vec![0xEEu8; 4096];
         zeroed.apply(&mut garbage);
