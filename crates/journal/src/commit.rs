@@ -150,35 +150,25 @@ fn logged_version(st: &State, block: u64) -> Option<Arc<[u8]>> {
         .map(|(_, data)| data.clone())
 }
 
-/// Which blocks go whole and which as byte records (module comment). The bases are
-/// taken under the lock; the comparing is done without it.
-fn plan_log(
-    shared: &Shared,
-    st: &mut MutexGuard<'_, State>,
-    blocks: &[(u64, Arc<[u8]>)],
-) -> LogPlan {
+/// Which blocks go whole and which as byte records (module comment). Under the lock,
+/// comparing included: until the transaction is on the committing list, a revoke in the
+/// next transaction could not see that the log holds its blocks.
+fn plan_log(shared: &Shared, st: &State, blocks: &[(u64, Arc<[u8]>)]) -> LogPlan {
     let layout = &shared.layout;
+    let mut plan = LogPlan::default();
     if !layout.records() {
-        return LogPlan {
-            full: blocks.to_vec(),
-            records: Vec::new(),
-        };
+        plan.full = blocks.to_vec();
+        return plan;
     }
-    let bases: Vec<Option<Arc<[u8]>>> = blocks
-        .iter()
-        .map(|(block, _)| logged_version(st, *block))
-        .collect();
     let limit = layout.record_limit();
-    MutexGuard::unlocked(st, || {
-        let mut plan = LogPlan::default();
-        for ((block, data), base) in blocks.iter().zip(bases) {
-            match plan_record(*block, base.as_deref(), data, limit) {
-                Some(record) => plan.records.push(record),
-                None => plan.full.push((*block, data.clone())),
-            }
+    for (block, data) in blocks {
+        let base = logged_version(st, *block);
+        match plan_record(*block, base.as_deref(), data, limit) {
+            Some(record) => plan.records.push(record),
+            None => plan.full.push((*block, data.clone())),
         }
-        plan
-    })
+    }
+    plan
 }
 
 /// Before the first transaction since the log was last empty that needs a live-log bit
@@ -221,7 +211,7 @@ fn reserve_and_dispatch(
     ordered_data: bool,
 ) -> Result<(), JournalError> {
     let layout = &shared.layout;
-    let plan = plan_log(shared, st, &blocks);
+    let plan = plan_log(shared, &*st, &blocks);
     let needed = layout.plan_blocks_needed(&plan, revokes.len());
     let capacity = layout.last - layout.first - 1;
     if needed > capacity {
