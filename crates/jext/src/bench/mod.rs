@@ -731,7 +731,8 @@ mod tests {
                 "overwrite + fsync",
                 "overwrite + fdatasync",
                 "overwrite + fbarrier",
-                "overwrite + fdatabarrier"
+                "overwrite + fdatabarrier",
+                "9 writes of 2,576 B + fsync"
             ]
         );
         assert_eq!(labels(Experiment::Seq, &quick), [""]);
