@@ -301,6 +301,21 @@ fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
                 if b.tag.escaped { " (escaped)" } else { "" }
             );
         }
+        for r in &t.records {
+            let kind = match r.record.kind {
+                jext_journal::format::records::RecordKind::Delta => "delta",
+                jext_journal::format::records::RecordKind::Zeroed => "zeroed",
+            };
+            let _ = writeln!(
+                out,
+                "  fs block {:>10} as a {kind} byte record at journal block {}: {} range(s), \
+                 {} bytes",
+                r.record.fs_block,
+                r.journal_block,
+                r.record.ranges.len(),
+                r.record.payload_len()
+            );
+        }
         if !t.revokes.is_empty() {
             let _ = writeln!(out, "  revoked {:?}", t.revokes);
         }

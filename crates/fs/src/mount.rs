@@ -236,6 +236,7 @@ pub(crate) fn mount(
         },
         read_only: starts_read_only,
         commit_mode: options.journal_commit,
+        record_mode: options.journal_records,
         fast_commits_pending,
         fast_commit_rings: match options.ijournal {
             IJournal::Single => 0,

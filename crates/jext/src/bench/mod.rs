@@ -119,18 +119,22 @@ impl Experiment {
                 let afters = [After::Nothing, After::Fdatasync, After::Fdatabarrier];
                 writes(Placement::Overwrite, &afters)
             }
-            Experiment::IoPerFsync => [Placement::Append, Placement::Overwrite]
-                .into_iter()
-                .flat_map(|p| {
-                    let afters = [
-                        After::Fsync,
-                        After::Fdatasync,
-                        After::Fbarrier,
-                        After::Fdatabarrier,
-                    ];
-                    writes(p, &afters)
-                })
-                .collect(),
+            Experiment::IoPerFsync => {
+                let mut variants: Vec<Variant> = [Placement::Append, Placement::Overwrite]
+                    .into_iter()
+                    .flat_map(|p| {
+                        let afters = [
+                            After::Fsync,
+                            After::Fdatasync,
+                            After::Fbarrier,
+                            After::Fdatabarrier,
+                        ];
+                        writes(p, &afters)
+                    })
+                    .collect();
+                variants.push(Variant::Writes(Placement::SmallWrites, After::Fsync));
+                variants
+            }
             Experiment::IoOrder => OrderMode::ALL.into_iter().map(Variant::Order).collect(),
         }
     }
@@ -199,6 +203,7 @@ impl Variant {
                 let placement = match placement {
                     Placement::Append => "append",
                     Placement::Overwrite => "overwrite",
+                    Placement::SmallWrites => "9 writes of 2,576 B",
                 };
                 let after = match after {
                     After::Nothing => "no sync",
@@ -352,6 +357,7 @@ pub fn systems(root: bool) -> Vec<System> {
             backing: Backing::File,
             fast_commit: true,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         },
     ];
     if root {
@@ -361,6 +367,7 @@ pub fn systems(root: bool) -> Vec<System> {
             backing: Backing::Loop,
             fast_commit: true,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         }));
         // The same without fast commits: what iJournaling changes.
         all.push(System::Jext {
@@ -368,6 +375,7 @@ pub fn systems(root: bool) -> Vec<System> {
             backing: Backing::Loop,
             fast_commit: false,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         });
         // The commit the mount option `journal_commit=classic` keeps (issue 14).
         all.extend(
@@ -376,6 +384,18 @@ pub fn systems(root: bool) -> Vec<System> {
                 backing: Backing::Loop,
                 fast_commit: true,
                 commit: CommitMode::Classic,
+                records: jext_journal::RecordMode::Bytes,
+            }),
+        );
+        // Whole-block journal records (`journal_records=blocks`) beside the byte records
+        // of the default (issue 14 item 4): the bytes each fsync writes, both ways.
+        all.extend(
+            [DataMode::Ordered, DataMode::Journal].map(|mode| System::Jext {
+                mode,
+                backing: Backing::Loop,
+                fast_commit: true,
+                commit: CommitMode::SingleIo,
+                records: jext_journal::RecordMode::Blocks,
             }),
         );
         // The paper's per-core i-transaction areas instead of the one fast-commit area.
@@ -620,6 +640,7 @@ mod tests {
                 backing: Backing::Loop,
                 fast_commit: true,
                 commit: CommitMode::SingleIo,
+                records: jext_journal::RecordMode::Bytes,
             },
             report::EXT4_ORDERED,
             System::Fuse2fs,
@@ -726,7 +747,8 @@ mod tests {
                 "overwrite + fsync",
                 "overwrite + fdatasync",
                 "overwrite + fbarrier",
-                "overwrite + fdatabarrier"
+                "overwrite + fdatabarrier",
+                "9 writes of 2,576 B + fsync"
             ]
         );
         assert_eq!(labels(Experiment::Seq, &quick), [""]);

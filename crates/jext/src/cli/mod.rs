@@ -169,8 +169,10 @@ enum Command {
         #[arg(long)]
         jobs: Option<usize>,
         /// Only this mode (repeatable): ordered, journal, writeback, each optionally with
-        /// +classic for classic journal commits, +percore for per-core i-transactions
-        /// (ijournal=percore); default: the six data and commit modes and ordered+percore.
+        /// +classic for classic journal commits, +blocks for whole-block journal records
+        /// (journal_records=blocks), +percore for per-core i-transactions
+        /// (ijournal=percore); default: the six data and commit modes, journal+blocks and
+        /// ordered+percore.
         #[arg(long = "mode")]
         modes: Vec<String>,
         /// Only this workload (repeatable), e.g. ace1-17, ace3-5, create-delete-10.
