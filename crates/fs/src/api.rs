@@ -527,13 +527,18 @@ impl Fs {
             (tid, flush, in_flight, fast_commit)
         };
         // Other operations on the file go on while its data transfers.
-        in_flight.finish(fs)?;
+        let written = in_flight.finish(fs);
         let fast_commit = fast_commit.transpose()?;
         match (tid, promise) {
             (Some(tid), Promise::Durable) => {
                 let plan = fast_commit.expect("planned for every durable sync with a tid");
                 let file = plan.as_ref().ok().and_then(|p| p.file);
-                if fast_commit::write(fs, plan)? {
+                // Handed to the writer even when the data failed: its ticket must reach the
+                // journal, or every later fast commit waits for it (a failure that changed
+                // metadata aborted the journal, and the writer then refuses it).
+                let made_durable = fast_commit::write(fs, plan);
+                written?;
+                if made_durable? {
                     if let Some(file) = file {
                         let mut op = self.op(false)?;
                         op.lock(file.0, Reach::First)?;
@@ -544,10 +549,11 @@ impl Fs {
                 }
                 fs.journal.commit_and_wait(tid)?;
             }
-            (None, Promise::Durable) => {}
+            (None, Promise::Durable) => written?,
             // A barrier delimits an epoch even when this file has nothing to order: the
             // running transaction (other files' changes) commits, as BarrierFS's does.
             (tid, Promise::Ordered) => {
+                written?;
                 let tid = tid.unwrap_or_else(|| fs.journal.latest_tid());
                 fs.journal.commit_and_wait_dispatched(tid)?;
             }

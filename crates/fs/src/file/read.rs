@@ -26,7 +26,7 @@ pub(crate) fn read(op: &mut Op, ino: u32, offset: u64, len: usize) -> FsResult<V
     if offset >= size || len == 0 {
         return Ok(Vec::new());
     }
-    let end = (offset + len as u64).min(size);
+    let mut end = (offset + len as u64).min(size);
     // A data-journaled file's newest bytes may sit in the journal: read with it held.
     let journal_data = fs.journals_data(&op.inode(ino).raw);
     let bs = u64::from(fs.geo.block_size);
@@ -43,6 +43,10 @@ pub(crate) fn read(op: &mut Op, ino: u32, offset: u64, len: usize) -> FsResult<V
             None if unlocked_tries < UNLOCKED_TRIES && !journal_data => {
                 unlocked_tries += 1;
                 fill_unlocked(op, ino, index)?;
+                // The file may have shrunk while it was released: the read ends at its end
+                // now, as Linux's does, never with bytes from before a truncate beside
+                // zeros from after it.
+                end = end.min(op.inode(ino).size);
                 continue;
             }
             None => page_data(op, ino, index)?,
