@@ -585,6 +585,20 @@ pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u3
     Err(FsError::NoSpace("no free inode left".into()))
 }
 
+/// Whether inode number `ino` is marked in use in its group's bitmap.
+pub(crate) fn inode_in_use(fs: &FsInner, ino: u32) -> FsResult<bool> {
+    let (group, bit) = fs.geo.inode_position(ino);
+    let desc = read_desc(fs, group)?;
+    if desc.has_flag(FLAG_INODE_UNINIT) {
+        return Ok(false);
+    }
+    crate::lock_order::may_do_io("an inode bitmap read");
+    Ok(fs
+        .cache
+        .get(desc.inode_bitmap)?
+        .read(|b| bitmap::test_bit(b, bit)))
+}
+
 /// Frees inode number `ino`.
 pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
     let (group, bit) = tx.fs.geo.inode_position(ino);

@@ -84,7 +84,12 @@ impl InodeTable {
             return Ok(slot);
         }
         let raw = crate::inodes::read_record(fs, ino)?;
-        if raw.links_count() == 0 && raw.mode() == 0 {
+        // A deleted inode keeps its mode on disk: without a link, the bitmap decides
+        // (an orphan is still in use; a deleted one must not come back into the cache,
+        // where its number's next owner would find it).
+        let unused = raw.links_count() == 0
+            && (raw.mode() == 0 || !crate::alloc::inode_in_use(fs, ino)?);
+        if unused {
             return Err(FsError::Inconsistent(format!("inode {ino} is not in use")));
         }
         Ok(self.insert(fs, ino, raw, false))
@@ -100,10 +105,14 @@ impl InodeTable {
         info.data_seq = self.take_seq();
         let durable = fs.journal.committed_tid();
         let mut slots = self.slots.lock();
-        if let Some(slot) = slots.inodes.get(&ino) {
-            // Another thread loaded it meanwhile; a new inode's number cannot be cached.
-            assert!(!new, "a new inode {ino} is already in the inode cache");
-            return slot.clone();
+        match slots.inodes.get(&ino) {
+            // Another thread loaded it meanwhile.
+            Some(slot) if !new => return slot.clone(),
+            // A new inode's number was free in the bitmap, so what the cache holds under
+            // it is a deleted inode a stale lookup loaded back in the moment between its
+            // record's last write and its bit's clearing: it goes, and whoever holds it
+            // finds it is no longer current.
+            _ => {}
         }
         make_room(fs, &mut slots, durable);
         let slot = Arc::new(Mutex::new(info));
