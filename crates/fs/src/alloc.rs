@@ -16,42 +16,46 @@ use crate::error::{FsError, FsResult};
 use crate::format::bitmap;
 use crate::format::group_desc::{GroupDesc, FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT};
 use crate::groups::{read_desc, write_desc};
+use crate::lock_order::{Leaf, LeafGuard, Rank};
 use crate::state::FsInner;
 use crate::tx::Tx;
 use crate::types::ROOT_INO;
 use jext_journal::{tid_gt, Tid};
 use std::collections::BTreeMap;
 
-/// Allocation state that lives in memory: totals and frees waiting for their commit.
-pub(crate) struct AllocState {
-    /// Freed runs (start -> (length, tid of the freeing transaction)).
-    pending_free: BTreeMap<u64, (u64, Tid)>,
+/// Group locks, shared by groups with the same number modulo this (a thread holds one
+/// group lock at a time, so two groups sharing one never deadlock).
+const GROUP_LOCKS: usize = 64;
+
+/// The allocator's locks and what it keeps in memory (see the module documentation).
+pub(crate) struct Allocator {
+    /// A group's bitmaps and descriptor change only under its lock. Unlike the other leaf
+    /// locks, a group lock may be held across reads of the group's bitmap and of the
+    /// descriptor table (each read once, then cached).
+    groups: Vec<Leaf<()>>,
+    pub totals: Leaf<Totals>,
+    pub pending: Leaf<PendingFrees>,
+}
+
+/// Free and reserved counts of the whole file system.
+#[derive(Default)]
+pub(crate) struct Totals {
     pub free_blocks: u64,
     pub free_inodes: u64,
     /// Blocks promised to dirty pages not yet allocated (delayed allocation).
     pub reserved_blocks: u64,
 }
 
-impl AllocState {
-    /// No blocks, nothing pending (before the totals are loaded).
-    pub fn empty() -> AllocState {
-        AllocState {
-            pending_free: BTreeMap::new(),
-            free_blocks: 0,
-            free_inodes: 0,
-            reserved_blocks: 0,
-        }
-    }
-
+impl Totals {
     /// Totals from the group descriptors.
-    pub fn load(fs: &FsInner) -> FsResult<AllocState> {
-        let mut state = AllocState::empty();
+    pub fn load(fs: &FsInner) -> FsResult<Totals> {
+        let mut totals = Totals::default();
         for group in 0..fs.geo.group_count {
             let desc = read_desc(fs, group)?;
-            state.free_blocks += u64::from(desc.free_blocks);
-            state.free_inodes += u64::from(desc.free_inodes);
+            totals.free_blocks += u64::from(desc.free_blocks);
+            totals.free_inodes += u64::from(desc.free_inodes);
         }
-        Ok(state)
+        Ok(totals)
     }
 
     /// Blocks kept back from data so that writeback can always allocate extent and
@@ -66,16 +70,45 @@ impl AllocState {
             .saturating_sub(self.reserved_blocks)
             .saturating_sub(Self::metadata_reserve(fs))
     }
+}
 
+impl Allocator {
+    pub fn new(totals: Totals) -> Allocator {
+        Allocator {
+            groups: (0..GROUP_LOCKS)
+                .map(|_| Leaf::new(Rank::Group, ()))
+                .collect(),
+            totals: Leaf::new(Rank::Totals, totals),
+            pending: Leaf::new(Rank::PendingFrees, PendingFrees::default()),
+        }
+    }
+
+    fn lock_group(&self, group: u32) -> LeafGuard<'_, ()> {
+        self.groups[group as usize % GROUP_LOCKS].lock()
+    }
+
+    /// Blocks freed by transactions that are not durable yet.
+    pub fn pending_blocks(&self, durable: Tid) -> u64 {
+        self.pending.lock().pending_blocks(durable)
+    }
+}
+
+/// Runs freed by transactions that are not durable: never handed out until they are.
+#[derive(Default)]
+pub(crate) struct PendingFrees {
+    /// Freed runs (start -> (length, tid of the freeing transaction)).
+    runs: BTreeMap<u64, (u64, Tid)>,
+}
+
+impl PendingFrees {
     /// Blocks freed by transactions that have not committed.
     pub fn pending_blocks(&mut self, committed: Tid) -> u64 {
         self.prune(committed);
-        self.pending_free.values().map(|(len, _)| len).sum()
+        self.runs.values().map(|(len, _)| len).sum()
     }
 
     fn prune(&mut self, committed: Tid) {
-        self.pending_free
-            .retain(|_, (_, tid)| tid_gt(*tid, committed));
+        self.runs.retain(|_, (_, tid)| tid_gt(*tid, committed));
     }
 
     /// Keeps blocks `[start, start + count)` from being handed out until transaction `tid`
@@ -89,33 +122,33 @@ impl AllocState {
         let (mut lo, mut hi, mut newest) = (start, start + count, tid);
         // Runs are disjoint and sorted by start, so their ends are sorted too.
         let touching: Vec<u64> = self
-            .pending_free
+            .runs
             .range(..=hi)
             .rev()
             .take_while(|(&s, &(len, _))| s + len >= lo)
             .map(|(&s, _)| s)
             .collect();
         for s in touching {
-            let (len, t) = self.pending_free.remove(&s).expect("listed just above");
+            let (len, t) = self.runs.remove(&s).expect("listed just above");
             lo = lo.min(s);
             hi = hi.max(s + len);
             if tid_gt(t, newest) {
                 newest = t;
             }
         }
-        self.pending_free.insert(lo, (hi - lo, newest));
+        self.runs.insert(lo, (hi - lo, newest));
     }
 
     /// If `[start, end)` overlaps pending frees, the first of them as (start, end).
     fn pending_overlap(&self, start: u64, end: u64) -> Option<(u64, u64)> {
         // Pending runs never overlap each other: one starting at or before `start` that
         // reaches past it, else the first starting inside the range.
-        if let Some((&s, &(len, _))) = self.pending_free.range(..=start).next_back() {
+        if let Some((&s, &(len, _))) = self.runs.range(..=start).next_back() {
             if s + len > start {
                 return Some((s, s + len));
             }
         }
-        let (&s, &(len, _)) = self.pending_free.range(start..end).next()?;
+        let (&s, &(len, _)) = self.runs.range(start..end).next()?;
         Some((s, s + len))
     }
 }
@@ -130,7 +163,7 @@ pub(crate) fn alloc_blocks(tx: &mut Tx, goal: u64, want: u32) -> FsResult<(u64, 
         goal
     };
     let committed = tx.fs.journal.committed_tid();
-    tx.st.alloc.prune(committed);
+    tx.fs.alloc.pending.lock().prune(committed);
     let first_group = geo.group_of_block(goal);
     let groups = geo.group_count;
     for step in 0..=groups {
@@ -144,7 +177,7 @@ pub(crate) fn alloc_blocks(tx: &mut Tx, goal: u64, want: u32) -> FsResult<(u64, 
             return Ok(run);
         }
     }
-    let pending = tx.st.alloc.pending_blocks(committed);
+    let pending = tx.fs.alloc.pending_blocks(committed);
     Err(FsError::NoSpace(format!(
         "no free block left ({pending} blocks freed by transactions not yet committed)"
     )))
@@ -156,14 +189,19 @@ fn alloc_in_group(
     from_bit: u32,
     want: u32,
 ) -> FsResult<Option<(u64, u32)>> {
-    let mut desc = read_desc(tx.fs, group)?;
+    if read_desc(tx.fs, group)?.free_blocks == 0 {
+        return Ok(None);
+    }
+    let fs = tx.fs;
+    let _group = fs.alloc.lock_group(group);
+    let mut desc = read_desc(fs, group)?;
     if desc.free_blocks == 0 {
         return Ok(None);
     }
     if desc.has_flag(FLAG_BLOCK_UNINIT) {
         init_block_bitmap(tx, group, &mut desc)?;
     }
-    let geo = &tx.fs.geo;
+    let geo = &fs.geo;
     let group_first = geo.group_first_block(group);
     let bits = geo.blocks_in_group(group);
     let bytes = tx.buffer(desc.block_bitmap)?.bytes();
@@ -172,7 +210,12 @@ fn alloc_in_group(
         let mut from = lo;
         while let Some((bit, len)) = bitmap::find_clear_run(&bytes, from, hi, want) {
             let start = group_first + u64::from(bit);
-            match tx.st.alloc.pending_overlap(start, start + u64::from(len)) {
+            let overlap = fs
+                .alloc
+                .pending
+                .lock()
+                .pending_overlap(start, start + u64::from(len));
+            match overlap {
                 None => return take_run(tx, group, &mut desc, bit, len).map(Some),
                 Some((p_start, _)) if p_start > start => {
                     let len = (p_start - start) as u32;
@@ -213,7 +256,7 @@ fn take_run(
     }
     desc.free_blocks -= len;
     write_desc(tx, group, desc)?;
-    tx.st.alloc.free_blocks -= u64::from(len);
+    tx.fs.alloc.totals.lock().free_blocks -= u64::from(len);
     Ok((tx.fs.geo.group_first_block(group) + u64::from(bit), len))
 }
 
@@ -239,12 +282,14 @@ pub(crate) fn free_blocks(tx: &mut Tx, start: u64, count: u64) -> FsResult<()> {
         }
         block += u64::from(n);
     }
-    tx.st.alloc.hold(start, count, tid);
+    tx.fs.alloc.pending.lock().hold(start, count, tid);
     Ok(())
 }
 
 fn free_in_group(tx: &mut Tx, group: u32, bit: u32, n: u32) -> FsResult<()> {
-    let mut desc = read_desc(tx.fs, group)?;
+    let fs = tx.fs;
+    let _group = fs.alloc.lock_group(group);
+    let mut desc = read_desc(fs, group)?;
     if desc.has_flag(FLAG_BLOCK_UNINIT) {
         return Err(FsError::Inconsistent(format!(
             "freeing blocks in group {group}, whose bitmap was never initialized"
@@ -273,7 +318,7 @@ fn free_in_group(tx: &mut Tx, group: u32, bit: u32, n: u32) -> FsResult<()> {
     }
     desc.free_blocks += n;
     write_desc(tx, group, &desc)?;
-    tx.st.alloc.free_blocks += u64::from(n);
+    tx.fs.alloc.totals.lock().free_blocks += u64::from(n);
     Ok(())
 }
 
@@ -298,7 +343,9 @@ pub(crate) fn mark_blocks(tx: &mut Tx, start: u64, count: u64, used: bool) -> Fs
         let first = geo.group_first_block(group);
         let n = (end.min(first + u64::from(geo.blocks_in_group(group))) - block) as u32;
         let bit = (block - first) as u32;
-        let mut desc = read_desc(tx.fs, group)?;
+        let fs = tx.fs;
+        let _group = fs.alloc.lock_group(group);
+        let mut desc = read_desc(fs, group)?;
         if desc.has_flag(FLAG_BLOCK_UNINIT) {
             init_block_bitmap(tx, group, &mut desc)?;
         }
@@ -332,18 +379,18 @@ pub(crate) fn mark_blocks(tx: &mut Tx, start: u64, count: u64, used: bool) -> Fs
             ))
         })?;
         write_desc(tx, group, &desc)?;
-        let alloc = &mut tx.st.alloc;
+        let mut totals = fs.alloc.totals.lock();
         if used {
-            alloc.free_blocks = alloc.free_blocks.saturating_sub(u64::from(changed));
+            totals.free_blocks = totals.free_blocks.saturating_sub(u64::from(changed));
         } else {
-            alloc.free_blocks += u64::from(changed);
+            totals.free_blocks += u64::from(changed);
         }
         changed_total += u64::from(changed);
         block += u64::from(n);
     }
     if !used {
         let tid = tx.tid();
-        tx.st.alloc.hold(start, count, tid);
+        tx.fs.alloc.pending.lock().hold(start, count, tid);
     }
     Ok(changed_total)
 }
@@ -360,7 +407,9 @@ pub(crate) fn mark_inode_used(
 ) -> FsResult<bool> {
     let (group, bit) = tx.fs.geo.inode_position(ino);
     let ipg = tx.fs.geo.inodes_per_group;
-    let mut desc = read_desc(tx.fs, group)?;
+    let fs = tx.fs;
+    let _group = fs.alloc.lock_group(group);
+    let mut desc = read_desc(fs, group)?;
     if desc.has_flag(FLAG_INODE_UNINIT) {
         init_inode_bitmap(tx, group, &mut desc)?;
     }
@@ -382,7 +431,8 @@ pub(crate) fn mark_inode_used(
                 "group {group} counts no free inode but inode {ino} was free"
             ))
         })?;
-        tx.st.alloc.free_inodes = tx.st.alloc.free_inodes.saturating_sub(1);
+        let mut totals = fs.alloc.totals.lock();
+        totals.free_inodes = totals.free_inodes.saturating_sub(1);
     }
     let dirs_before = u32::from(!was_free && was_dir);
     desc.used_dirs = (desc.used_dirs + u32::from(is_dir)).saturating_sub(dirs_before);
@@ -489,7 +539,12 @@ fn inode_groups(tx: &Tx, parent: u32, is_dir: bool) -> FsResult<Vec<u32>> {
 /// Allocates an inode number for a new inode whose parent directory is `parent`.
 pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u32> {
     for group in inode_groups(tx, parent, is_dir)? {
-        let mut desc = read_desc(tx.fs, group)?;
+        if read_desc(tx.fs, group)?.free_inodes == 0 {
+            continue;
+        }
+        let fs = tx.fs;
+        let _group = fs.alloc.lock_group(group);
+        let mut desc = read_desc(fs, group)?;
         if desc.free_inodes == 0 {
             continue;
         }
@@ -524,16 +579,32 @@ pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u3
         }
         desc.itable_unused = desc.itable_unused.min(ipg - bit - 1);
         write_desc(tx, group, &desc)?;
-        tx.st.alloc.free_inodes -= 1;
+        fs.alloc.totals.lock().free_inodes -= 1;
         return Ok(group * ipg + bit + 1);
     }
     Err(FsError::NoSpace("no free inode left".into()))
 }
 
+/// Whether inode number `ino` is marked in use in its group's bitmap.
+pub(crate) fn inode_in_use(fs: &FsInner, ino: u32) -> FsResult<bool> {
+    let (group, bit) = fs.geo.inode_position(ino);
+    let desc = read_desc(fs, group)?;
+    if desc.has_flag(FLAG_INODE_UNINIT) {
+        return Ok(false);
+    }
+    crate::lock_order::may_do_io("an inode bitmap read");
+    Ok(fs
+        .cache
+        .get(desc.inode_bitmap)?
+        .read(|b| bitmap::test_bit(b, bit)))
+}
+
 /// Frees inode number `ino`.
 pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
     let (group, bit) = tx.fs.geo.inode_position(ino);
-    let mut desc = read_desc(tx.fs, group)?;
+    let fs = tx.fs;
+    let _group = fs.alloc.lock_group(group);
+    let mut desc = read_desc(fs, group)?;
     let ipg = tx.fs.geo.inodes_per_group;
     let seed = tx.fs.csum_seed;
     if !tx
@@ -556,7 +627,7 @@ pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
         desc.used_dirs = desc.used_dirs.saturating_sub(1);
     }
     write_desc(tx, group, &desc)?;
-    tx.st.alloc.free_inodes += 1;
+    fs.alloc.totals.lock().free_inodes += 1;
     Ok(())
 }
 
@@ -566,10 +637,10 @@ mod tests {
 
     #[test]
     fn the_first_overlapping_pending_free_is_found() {
-        let mut st = AllocState::empty();
-        st.pending_free.insert(7417, (1, 9));
-        st.pending_free.insert(7419, (81, 9));
-        st.pending_free.insert(7600, (10, 9));
+        let mut st = PendingFrees::default();
+        st.runs.insert(7417, (1, 9));
+        st.runs.insert(7419, (81, 9));
+        st.runs.insert(7600, (10, 9));
         // A run over both of the first two: the earliest must come back, or the run up to
         // the second would swallow the first.
         assert_eq!(st.pending_overlap(7410, 7430), Some((7417, 7418)));
@@ -583,7 +654,7 @@ mod tests {
 
     #[test]
     fn held_runs_merge_with_the_runs_they_overlap_or_touch() {
-        let mut st = AllocState::empty();
+        let mut st = PendingFrees::default();
         st.hold(100, 10, 5);
         st.hold(120, 10, 6);
         st.hold(300, 5, 5);

@@ -8,26 +8,27 @@
 //! commit (a write that needs room that only a commit frees says so, and `Fs::with_room`
 //! commits with the lock released).
 
-use super::{load_regular, page_data, writeback, MAX_FILE_BLOCKS};
+use super::{check_regular, page_data, writeback, MAX_FILE_BLOCKS};
 use crate::blockmap;
 use crate::error::{FsError, FsResult};
 use crate::inodes::stamp;
-use crate::state::{FsInner, FsState};
+use crate::op::Op;
+use crate::state::FsInner;
 use crate::types::Timestamp;
 
 /// Writes `data` at `offset`; returns the bytes written. `touch_times`: the write moves
 /// mtime and ctime to now (not when the caller keeps the times itself).
 pub(crate) fn write(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     ino: u32,
     offset: u64,
     data: &[u8],
     touch_times: bool,
 ) -> FsResult<usize> {
-    crate::tx::check_writable(fs, st)?;
-    load_regular(fs, st, ino)?;
-    let info = &st.inodes[&ino];
+    let fs = op.fs;
+    crate::tx::check_writable(fs)?;
+    check_regular(op, ino)?;
+    let info = op.inode(ino);
     crate::inode_guard::check_write(ino, info.raw.flags(), offset, info.size)?;
     if data.is_empty() {
         return Ok(0);
@@ -41,22 +42,22 @@ pub(crate) fn write(
             "inode {ino}: write past the largest ext4 file"
         )));
     };
-    reserve(fs, st, ino, offset / bs, end.div_ceil(bs))?;
+    reserve(op, ino, offset / bs, end.div_ceil(bs))?;
     let mut pos = offset;
     while pos < end {
         let index = pos / bs;
         let within = (pos % bs) as usize;
         let n = ((end - pos) as usize).min(bs as usize - within);
         let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
-        if n < bs as usize && !st.pages.contains(ino, index) {
-            page_data(fs, st, ino, index)?;
+        if n < bs as usize && !fs.pages.lock().contains(ino, index) {
+            page_data(op, ino, index)?;
         }
-        st.pages.modify(ino, index, |page| {
+        fs.pages.lock().modify(ino, index, |page| {
             page[within..within + n].copy_from_slice(src)
         });
         pos += n as u64;
     }
-    let info = st.inodes.get_mut(&ino).expect("loaded");
+    let info = op.inode_mut(ino);
     info.size = info.size.max(end);
     // Only a change of the record dirties the inode (the size is written back with the
     // data): a write within the clock tick of the last one leaves nothing to commit.
@@ -72,15 +73,16 @@ pub(crate) fn write(
 }
 
 /// Reserves a block for every page in `[first, last)` that has none yet.
-fn reserve(fs: &FsInner, st: &mut FsState, ino: u32, first: u64, last: u64) -> FsResult<()> {
-    let raw = st.inodes[&ino].raw.clone();
+fn reserve(op: &mut Op, ino: u32, first: u64, last: u64) -> FsResult<()> {
+    let fs = op.fs;
+    let raw = op.inode(ino).raw.clone();
     let mut needed = Vec::new();
     let mut index = first;
     while index < last {
         match blockmap::lookup(fs, ino, &raw, index as u32)? {
             Some(e) => index = e.end(),
             None => {
-                if !st.inodes[&ino].reserved_pages.contains(&index) {
+                if !op.inode(ino).reserved_pages.contains(&index) {
                     needed.push(index);
                 }
                 index += 1;
@@ -91,47 +93,46 @@ fn reserve(fs: &FsInner, st: &mut FsState, ino: u32, first: u64, last: u64) -> F
         return Ok(());
     }
     let count = needed.len() as u64;
-    if st.alloc.available_for_data(fs) < count + st.alloc.pending_blocks(fs.journal.committed_tid())
+    let pending = fs.alloc.pending_blocks(fs.journal.committed_tid());
     {
-        // Frees waiting for a commit may make the room: `Fs::with_room` commits with the
-        // lock released and tries again.
-        return Err(FsError::NoSpace(format!(
-            "inode {ino}: {count} blocks for a write"
-        )));
+        let mut totals = fs.alloc.totals.lock();
+        if totals.available_for_data(fs) < count + pending {
+            // Frees waiting for a commit may make the room: `Fs::with_room` commits with
+            // nothing locked and tries again.
+            return Err(FsError::NoSpace(format!(
+                "inode {ino}: {count} blocks for a write"
+            )));
+        }
+        totals.reserved_blocks += count;
     }
-    st.alloc.reserved_blocks += count;
-    st.inodes
-        .get_mut(&ino)
-        .expect("loaded")
-        .reserved_pages
-        .extend(needed);
+    op.inode_mut(ino).reserved_pages.extend(needed);
     Ok(())
 }
 
-/// Dirty throttling, called after a write with the lock released: when dirty data passed
-/// the throttle threshold, the writer writes back its own file, then the oldest dirty
-/// files until dirty data is at half the threshold, as the kernel's `balance_dirty_pages`
-/// holds a writer back. Each file goes out a batch per hold of the lock, its data waited
-/// for without it, so other operations (an fsync beside a bulk writer) are not held up for
-/// the transfer. The order of the other files is taken once: sorting every dirty file again
-/// after each one made a cache full of small files quadratic.
+/// Dirty throttling, called after a write with nothing locked: when dirty data passed the
+/// throttle threshold, the writer writes back its own file, then the oldest dirty files
+/// until dirty data is at half the threshold, as the kernel's `balance_dirty_pages` holds
+/// a writer back. Each file goes out a batch per hold of its inode, its data waited for
+/// with nothing locked, so other operations (an fsync beside a bulk writer) are not held
+/// up for the transfer. The order of the other files is taken once: sorting every dirty
+/// file again after each one made a cache full of small files quadratic.
 pub(crate) fn balance_dirty(fs: &FsInner, ino: u32) -> FsResult<()> {
     let percent = jext_cache::WritebackPolicy::default().throttle_percent as usize;
     let (limit, oldest) = {
-        let st = fs.state.lock();
-        let limit = st.pages.capacity_bytes() / 100 * percent;
-        if st.pages.dirty_bytes() <= limit {
+        let pages = fs.pages.lock();
+        let limit = pages.capacity_bytes() / 100 * percent;
+        if pages.dirty_bytes() <= limit {
             return Ok(());
         }
-        (limit, st.pages.dirty_files())
+        (limit, pages.dirty_files())
     };
     writeback::write_back_unlocked(fs, ino, false)?;
     for (other, _) in oldest {
-        if fs.state.lock().pages.dirty_bytes() <= limit / 2 {
+        if fs.pages.lock().dirty_bytes() <= limit / 2 {
             break;
         }
         writeback::write_back_unlocked(fs, other, false)?;
     }
-    fs.state.lock().pages.evict_over_capacity();
+    fs.pages.lock().evict_over_capacity();
     Ok(())
 }
