@@ -87,8 +87,8 @@ impl InodeTable {
         // A deleted inode keeps its mode on disk: without a link, the bitmap decides
         // (an orphan is still in use; a deleted one must not come back into the cache,
         // where its number's next owner would find it).
-        let unused = raw.links_count() == 0
-            && (raw.mode() == 0 || !crate::alloc::inode_in_use(fs, ino)?);
+        let unused =
+            raw.links_count() == 0 && (raw.mode() == 0 || !crate::alloc::inode_in_use(fs, ino)?);
         if unused {
             return Err(FsError::Inconsistent(format!("inode {ino} is not in use")));
         }

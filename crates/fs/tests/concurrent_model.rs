@@ -362,7 +362,7 @@ fn run_threads(name: &str, mode: DataMode, seed: u64, steps: usize) {
         ..MountOptions::default()
     };
     let fs = Fs::open_path(&image, options.clone()).unwrap();
-    fs.mkdir(fs.root(), SHARED[1..].as_bytes(), 0o777, 0, 0)
+    fs.mkdir(fs.root(), &SHARED.as_bytes()[1..], 0o777, 0, 0)
         .unwrap();
     let mut whole = Model::default();
     whole.dirs.insert(SHARED.into());
@@ -374,7 +374,7 @@ fn run_threads(name: &str, mode: DataMode, seed: u64, steps: usize) {
                 let (fs, progress) = (&fs, &progress);
                 scope.spawn(move || {
                     let home = format!("/t{me}");
-                    fs.mkdir(fs.root(), home[1..].as_bytes(), 0o755, 0, 0)
+                    fs.mkdir(fs.root(), &home.as_bytes()[1..], 0o755, 0, 0)
                         .unwrap();
                     let wanderer = format!("{home}/wanderer");
                     fs.mkdir(fs.resolve(&home).unwrap(), b"wanderer", 0o755, 0, 0)
