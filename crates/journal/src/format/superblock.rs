@@ -23,7 +23,9 @@
 //!                               0x10 CSUM_V3, 0x20 FAST_COMMIT; jext's own:
 //!                               0x8000_0000 JEXT_SINGLE_IO (see below),
 //!                               0x4000_0000 JEXT_PERCORE (per-core i-transactions
-//!                               in the fast-commit region)
+//!                               in the fast-commit region),
+//!                               0x2000_0000 JEXT_RECORDS (byte records in the log,
+//!                               see `records.rs`)
 //! 0x02C 4    s_feature_ro_compat (none defined)
 //! 0x030 16   s_uuid             journal uuid; seeds every v2/v3 checksum
 //! 0x040 4    s_nr_users         file systems sharing the journal (1 for an inode journal)
