@@ -310,6 +310,14 @@ impl PageCache {
         })
     }
 
+    /// True if page `index` of `ino` is cached and dirty.
+    pub fn is_dirty(&self, ino: u32, index: u64) -> bool {
+        self.files
+            .get(&ino)
+            .and_then(|f| f.pages.get(&index))
+            .is_some_and(|p| p.dirty)
+    }
+
     /// True if `ino` has dirty pages.
     pub fn has_dirty(&self, ino: u32) -> bool {
         self.files.get(&ino).is_some_and(|f| f.dirty_pages > 0)

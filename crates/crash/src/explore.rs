@@ -61,7 +61,8 @@ impl Default for Config {
     }
 }
 
-/// The three data modes with single-I/O commits (the default), then with classic ones.
+/// The three data modes with single-I/O commits (the default), then with classic ones,
+/// all with byte records (the default); then data=journal with whole-block records.
 pub fn default_modes() -> Vec<Mode> {
     let mut modes: Vec<Mode> = [CommitMode::SingleIo, CommitMode::Classic]
         .into_iter()
@@ -74,6 +75,10 @@ pub fn default_modes() -> Vec<Mode> {
                 })
         })
         .collect();
+    modes.push(Mode {
+        records: jext_journal::RecordMode::Blocks,
+        ..Mode::from(DataMode::Journal)
+    });
     // The paper's per-core rings, in the mode whose fsyncs use them most.
     modes.push(Mode {
         ijournal: IJournal::PerCore,

@@ -7,7 +7,9 @@ use crate::record::Recording;
 use crate::snapshot::{Meta, Node};
 use jext_device::SimDevice;
 use jext_fs::Timestamp;
-use jext_journal::format::superblock::{INCOMPAT_JEXT_PERCORE, INCOMPAT_JEXT_SINGLE_IO};
+use jext_journal::format::superblock::{
+    INCOMPAT_JEXT_PERCORE, INCOMPAT_JEXT_RECORDS, INCOMPAT_JEXT_SINGLE_IO,
+};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -42,9 +44,10 @@ impl KernelCheck {
 
     /// Mounts `crash` (the image before any recovery) with Linux and compares each path
     /// with `jext_view` (what jext's recovery shows, in the recording's path order). A
-    /// log holding single-I/O commits (the journal's private JEXT_SINGLE_IO bit) or
-    /// per-core i-transactions (JEXT_PERCORE) must be refused by Linux instead: it cannot
-    /// tell a torn transaction from a whole one, nor read the rings.
+    /// log holding single-I/O commits (the journal's private JEXT_SINGLE_IO bit), byte
+    /// records (JEXT_RECORDS) or per-core i-transactions (JEXT_PERCORE) must be refused
+    /// by Linux instead: it cannot tell a torn transaction from a whole one, patch a
+    /// block from its changed bytes, nor read the rings.
     pub fn compare(&self, crash: &SimDevice, rec: &Recording, jext_view: &[Node]) -> Vec<String> {
         if let Err(e) = crash.write_current_image(&self.image) {
             return vec![format!(
@@ -58,8 +61,9 @@ impl KernelCheck {
         let private = match journal {
             Ok(jsb) => {
                 !jsb.is_clean()
-                    && (jsb.has_incompat(INCOMPAT_JEXT_SINGLE_IO)
-                        || jsb.has_incompat(INCOMPAT_JEXT_PERCORE))
+                    && jsb.has_incompat(
+                        INCOMPAT_JEXT_SINGLE_IO | INCOMPAT_JEXT_RECORDS | INCOMPAT_JEXT_PERCORE,
+                    )
             }
             Err(e) => return vec![format!("kernel check: cannot read the journal: {e}")],
         };
@@ -69,8 +73,8 @@ impl KernelCheck {
             (true, Ok(Err(_))) => Vec::new(),
             (true, Ok(Ok(()))) => {
                 let mut problems = vec![
-                    "kernel check: Linux mounted a journal that carries jext's private \
-                     single-I/O incompat bit"
+                    "kernel check: Linux mounted a journal that carries one of jext's \
+                     private incompat bits"
                         .to_string(),
                 ];
                 problems.extend(self.unmount());

@@ -1,14 +1,16 @@
 //! A mode the explorer records and recovers workloads in: the data mode (`data=`), how
-//! the journal commits (`journal_commit=`: single-I/O by default, or classic), and where
-//! an fsync's i-transaction goes (`ijournal=`: the one ext4 fast-commit area by default,
-//! or the paper's per-core rings). Written as the data mode with a suffix for each
-//! choice that is not the default: `ordered`, `ordered+classic`, `ordered+percore`,
-//! `ordered+classic+percore` (in reproducer lines and `jext crash --mode`).
+//! the journal commits (`journal_commit=`: single-I/O by default, or classic), what a
+//! logged block goes as (`journal_records=`: its changed bytes by default, or whole
+//! blocks), and where an fsync's i-transaction goes (`ijournal=`: the one ext4
+//! fast-commit area by default, or the paper's per-core rings). Written as the data mode
+//! with a suffix for each choice that is not the default: `ordered`, `ordered+classic`,
+//! `journal+blocks`, `ordered+percore`, `ordered+classic+percore` (in reproducer lines
+//! and `jext crash --mode`).
 //!
 //! Promises: `Display` and `FromStr` are inverses; an unknown mode is refused by name.
 
 use jext_fs::{DataMode, FsError, IJournal};
-use jext_journal::CommitMode;
+use jext_journal::{CommitMode, RecordMode};
 use std::fmt;
 use std::str::FromStr;
 
@@ -16,6 +18,7 @@ use std::str::FromStr;
 pub struct Mode {
     pub data: DataMode,
     pub commit: CommitMode,
+    pub records: RecordMode,
     pub ijournal: IJournal,
 }
 
@@ -27,6 +30,7 @@ impl Mode {
         Mode {
             data,
             commit: CommitMode::default(),
+            records: RecordMode::default(),
             ijournal: IJournal::Single,
         }
     }
@@ -43,6 +47,9 @@ impl fmt::Display for Mode {
         write!(f, "{}", self.data)?;
         if self.commit != CommitMode::default() {
             write!(f, "+{}", self.commit.name())?;
+        }
+        if self.records != RecordMode::default() {
+            write!(f, "+{}", self.records.name())?;
         }
         if self.ijournal == IJournal::PerCore {
             write!(f, "+{PERCORE}")?;
@@ -61,16 +68,20 @@ impl FromStr for Mode {
             .map_err(|e: FsError| format!("mode {s:?}: {e}"))?;
         let mut mode = Mode::with_defaults(data);
         for part in parts {
-            match [CommitMode::SingleIo, CommitMode::Classic]
+            let commit = [CommitMode::SingleIo, CommitMode::Classic]
                 .into_iter()
-                .find(|c| c.name() == part)
-            {
-                Some(commit) => mode.commit = commit,
-                None if part == PERCORE => mode.ijournal = IJournal::PerCore,
-                None => {
+                .find(|c| c.name() == part);
+            let records = [RecordMode::Bytes, RecordMode::Blocks]
+                .into_iter()
+                .find(|r| r.name() == part);
+            match (commit, records) {
+                (Some(commit), _) => mode.commit = commit,
+                (_, Some(records)) => mode.records = records,
+                _ if part == PERCORE => mode.ijournal = IJournal::PerCore,
+                _ => {
                     return Err(format!(
-                        "mode {s:?}: after the data mode come +single_io, +classic or \
-                         +{PERCORE}, not +{part}"
+                        "mode {s:?}: after the data mode come +single_io, +classic, +bytes, \
+                         +blocks or +{PERCORE}, not +{part}"
                     ))
                 }
             }
@@ -87,13 +98,16 @@ mod tests {
     fn modes_print_and_parse_back() {
         for data in [DataMode::Ordered, DataMode::Journal, DataMode::Writeback] {
             for commit in [CommitMode::SingleIo, CommitMode::Classic] {
-                for ijournal in [IJournal::Single, IJournal::PerCore] {
-                    let mode = Mode {
-                        data,
-                        commit,
-                        ijournal,
-                    };
-                    assert_eq!(mode.to_string().parse::<Mode>(), Ok(mode));
+                for records in [RecordMode::Bytes, RecordMode::Blocks] {
+                    for ijournal in [IJournal::Single, IJournal::PerCore] {
+                        let mode = Mode {
+                            data,
+                            commit,
+                            records,
+                            ijournal,
+                        };
+                        assert_eq!(mode.to_string().parse::<Mode>(), Ok(mode));
+                    }
                 }
             }
         }
@@ -102,6 +116,9 @@ mod tests {
             (m.data, m.commit, m.ijournal),
             (DataMode::Ordered, CommitMode::Classic, IJournal::PerCore)
         );
+        let m: Mode = "journal+blocks".parse().unwrap();
+        assert_eq!((m.data, m.records), (DataMode::Journal, RecordMode::Blocks));
+        assert_eq!(m.to_string(), "journal+blocks");
         assert!("ordered+shared".parse::<Mode>().is_err());
         assert!("fast".parse::<Mode>().is_err());
     }

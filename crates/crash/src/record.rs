@@ -107,6 +107,7 @@ pub fn mount_options(mode: Mode) -> MountOptions {
     MountOptions {
         data_mode: mode.data,
         journal_commit: mode.commit,
+        journal_records: mode.records,
         ijournal: mode.ijournal,
         commit_interval_ms: 3_600_000,
         ..MountOptions::default()

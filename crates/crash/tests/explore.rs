@@ -140,7 +140,9 @@ fn single_io_commits_survive_every_cut_and_tear() {
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     let total = summary.total();
     assert_eq!(total.failures, 0, "{total:?}");
-    assert!(total.states >= 3000, "every cut of every commit: {total:?}");
+    // Byte records make the commits a few sectors long, so fewer cuts than whole
+    // blocks gave (2,554 states once byte records became the default; 3,000+ with whole blocks).
+    assert!(total.states >= 2000, "every cut of every commit: {total:?}");
 }
 
 /// Bugs the explorer found, kept as regression tests by their reproducers.
@@ -173,8 +175,9 @@ fn found_bugs_stay_fixed() {
 }
 
 /// Linux, loop-mounting a sample of the crash images and replaying their journals
-/// itself, shows every path exactly as jext's recovery does (classic commits), and
-/// refuses every image whose log holds single-I/O commits (the private incompat bit).
+/// itself, shows every path exactly as jext's recovery does in the modes whose log it
+/// can read (classic commits of whole blocks), and refuses every image whose log holds
+/// single-I/O commits or byte records (the private incompat bits, set by default).
 #[test]
 fn linux_recovers_a_sample_of_states_as_jext_does() {
     let only: Vec<WorkloadId> = [
@@ -188,12 +191,25 @@ fn linux_recovers_a_sample_of_states_as_jext_does() {
     .collect();
     let config = Config {
         kernel_check_every: 4,
+        modes: [
+            "ordered+classic+blocks",
+            "journal+classic+blocks",
+            "writeback+classic+blocks",
+            "ordered",
+            "journal+classic",
+        ]
+        .iter()
+        .map(|m| m.parse().unwrap())
+        .collect(),
         ..config(1)
     };
     let summary = explore(Plan::Ci, &only, &config, &|_| {});
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     assert_eq!(summary.total().failures, 0, "{:#?}", summary.failures);
-    assert!(summary.total().kernel_checks >= 40, "{:?}", summary.total());
+    for (mode, counts) in &summary.per_mode {
+        eprintln!("{mode}: {counts:?}");
+        assert!(counts.kernel_checks >= 10, "{mode}: {counts:?}");
+    }
 }
 
 /// iJournaling's second scenario must really reach external extent blocks: the appends

@@ -16,68 +16,62 @@ use crate::error::{FsError, FsResult};
 use crate::format::bitmap;
 use crate::format::group_desc::{GroupDesc, FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT};
 use crate::groups::{read_desc, write_desc};
+use crate::lock_order::{Leaf, LeafGuard, Rank};
 use crate::state::FsInner;
 use crate::tx::Tx;
 use crate::types::ROOT_INO;
 use jext_journal::{tid_gt, Tid};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The older of `tid` and `bound` (if any), in the journal's wrapping order.
-fn older(bound: Option<Tid>, tid: Tid) -> Tid {
-    match bound {
-        Some(b) if tid_gt(tid, b) => b,
-        _ => tid,
-    }
+/// Group locks, shared by groups with the same number modulo this (a thread holds one
+/// group lock at a time, so two groups sharing one never deadlock).
+const GROUP_LOCKS: usize = 64;
+
+/// The allocator's locks and what it keeps in memory (see the module documentation).
+pub(crate) struct Allocator {
+    /// A group's bitmaps and descriptor change only under its lock. Unlike the other leaf
+    /// locks, a group lock may be held across reads of the group's bitmap and of the
+    /// descriptor table (each read once, then cached).
+    groups: Vec<Leaf<()>>,
+    /// Free inodes of each group as last seen under its group lock (its descriptor read,
+    /// or an inode allocated, marked or freed in it; [`NOT_SEEN`] before the first look),
+    /// so that an inode allocation passes over full groups without reading their
+    /// descriptors: decoding and checking one per full group made each create cost the
+    /// number of full groups (122 at 10^6 files in one directory). A hint, read without
+    /// the lock; the descriptor stays the truth. It is 0 only while the group's descriptor
+    /// says so: every change of a group's free inode count is made under the group's lock
+    /// and stores the new count here before the lock is released, so a group seen full
+    /// that gets an inode freed (by another thread's unlink, or fast-commit replay) is
+    /// seen with it from then on. An allocator that reads the hint while that free runs
+    /// passes the group over, as it would had it looked just before the free.
+    inodes_free_seen: Vec<AtomicU32>,
+    pub totals: Leaf<Totals>,
+    pub pending: Leaf<PendingFrees>,
 }
 
-/// Allocation state that lives in memory: totals and frees waiting for their commit.
-pub(crate) struct AllocState {
-    /// Freed runs (start -> (length, tid of the freeing transaction)).
-    pending_free: BTreeMap<u64, (u64, Tid)>,
-    /// Blocks in `pending_free`, kept up to date so that asking costs nothing: space
-    /// checks ask on every create, write and punch, and a file punched every other block
-    /// holds thousands of runs until its transaction commits.
-    pending_total: u64,
-    /// No run in `pending_free` was freed by a transaction older than this (a bound:
-    /// merges move runs to newer ones), so before it commits a prune has nothing to do.
-    oldest_pending_tid: Option<Tid>,
-    /// Free inodes of each group as last seen (its descriptor read, or an inode freed in
-    /// it), so that an inode allocation passes over full groups without reading their
-    /// descriptors: decoding and checking one per full group made each create cost the
-    /// number of full groups (122 at 10^6 files in one directory). Never 0 for a group
-    /// with a free inode, since every inode freed goes through [`free_inode`], which
-    /// updates it; the descriptor stays the truth otherwise.
-    inodes_free_seen: Vec<u32>,
+/// `Allocator::inodes_free_seen` of a group not looked at since the mount.
+const NOT_SEEN: u32 = u32::MAX;
+
+/// Free and reserved counts of the whole file system.
+#[derive(Default)]
+pub(crate) struct Totals {
     pub free_blocks: u64,
     pub free_inodes: u64,
     /// Blocks promised to dirty pages not yet allocated (delayed allocation).
     pub reserved_blocks: u64,
 }
 
-impl AllocState {
-    /// No blocks, nothing pending (before the totals are loaded).
-    pub fn empty() -> AllocState {
-        AllocState {
-            pending_free: BTreeMap::new(),
-            pending_total: 0,
-            oldest_pending_tid: None,
-            inodes_free_seen: Vec::new(),
-            free_blocks: 0,
-            free_inodes: 0,
-            reserved_blocks: 0,
-        }
-    }
-
+impl Totals {
     /// Totals from the group descriptors.
-    pub fn load(fs: &FsInner) -> FsResult<AllocState> {
-        let mut state = AllocState::empty();
+    pub fn load(fs: &FsInner) -> FsResult<Totals> {
+        let mut totals = Totals::default();
         for group in 0..fs.geo.group_count {
             let desc = read_desc(fs, group)?;
-            state.free_blocks += u64::from(desc.free_blocks);
-            state.free_inodes += u64::from(desc.free_inodes);
-            state.inodes_free_seen.push(desc.free_inodes);
+            totals.free_blocks += u64::from(desc.free_blocks);
+            totals.free_inodes += u64::from(desc.free_inodes);
         }
-        Ok(state)
+        Ok(totals)
     }
 
     /// Blocks kept back from data so that writeback can always allocate extent and
@@ -94,38 +88,91 @@ impl AllocState {
     }
 
     /// Whether `blocks` more blocks of data fit beside the dirty pages' reservations and
-    /// the metadata reserve, blocks freed by transactions not yet committed left out.
-    pub fn has_room_for_data(&mut self, fs: &FsInner, blocks: u64) -> bool {
-        let pending = self.pending_blocks(fs.journal.committed_tid());
+    /// the metadata reserve, with `pending` blocks (freed by transactions not yet
+    /// committed, `Allocator::pending_blocks`) left out.
+    pub fn has_room_for_data(&self, fs: &FsInner, blocks: u64, pending: u64) -> bool {
         self.available_for_data(fs) >= blocks + pending
     }
+}
 
-    /// Whether group `group` had no free inode when last seen.
-    fn inode_group_full(&self, group: u32) -> bool {
-        self.inodes_free_seen.get(group as usize) == Some(&0)
-    }
-
-    fn saw_free_inodes(&mut self, group: u32, free: u32) {
-        if let Some(seen) = self.inodes_free_seen.get_mut(group as usize) {
-            *seen = free;
+impl Allocator {
+    pub fn new(totals: Totals, group_count: u32) -> Allocator {
+        Allocator {
+            groups: (0..GROUP_LOCKS)
+                .map(|_| Leaf::new(Rank::Group, ()))
+                .collect(),
+            inodes_free_seen: (0..group_count).map(|_| AtomicU32::new(NOT_SEEN)).collect(),
+            totals: Leaf::new(Rank::Totals, totals),
+            pending: Leaf::new(Rank::PendingFrees, PendingFrees::default()),
         }
     }
 
+    fn lock_group(&self, group: u32) -> LeafGuard<'_, ()> {
+        self.groups[group as usize % GROUP_LOCKS].lock()
+    }
+
+    /// Whether group `group` had no free inode when last seen (no lock needed: a hint).
+    fn inode_group_seen_full(&self, group: u32) -> bool {
+        // Relaxed: a store made under the group lock before this thread's last look
+        // at the group (or a free it synchronized with) is seen by coherence; one racing
+        // with this load may be missed either way.
+        self.inodes_free_seen
+            .get(group as usize)
+            .is_some_and(|seen| seen.load(Ordering::Relaxed) == 0)
+    }
+
+    /// Notes that group `group`'s descriptor counts `free` free inodes; called with
+    /// `_locked`, the group's lock, held (see `inodes_free_seen`).
+    fn saw_free_inodes(&self, _locked: &LeafGuard<'_, ()>, group: u32, free: u32) {
+        if let Some(seen) = self.inodes_free_seen.get(group as usize) {
+            seen.store(free, Ordering::Relaxed);
+        }
+    }
+
+    /// Blocks freed by transactions that are not durable yet.
+    pub fn pending_blocks(&self, durable: Tid) -> u64 {
+        self.pending.lock().pending_blocks(durable)
+    }
+}
+
+/// The older of `tid` and `bound` (if any), in the journal's wrapping order.
+fn older(bound: Option<Tid>, tid: Tid) -> Tid {
+    match bound {
+        Some(b) if tid_gt(tid, b) => b,
+        _ => tid,
+    }
+}
+
+/// Runs freed by transactions that are not durable: never handed out until they are.
+#[derive(Default)]
+pub(crate) struct PendingFrees {
+    /// Freed runs (start -> (length, tid of the freeing transaction)).
+    runs: BTreeMap<u64, (u64, Tid)>,
+    /// Blocks in `runs`, kept up to date so that asking costs nothing: space checks ask
+    /// on every create, write and punch, and a file punched every other block holds
+    /// thousands of runs until its transaction commits.
+    total: u64,
+    /// No run in `runs` was freed by a transaction older than this (a bound: merges move
+    /// runs to newer ones), so before it commits a prune has nothing to do.
+    oldest_tid: Option<Tid>,
+}
+
+impl PendingFrees {
     /// Blocks freed by transactions that have not committed.
     pub fn pending_blocks(&mut self, committed: Tid) -> u64 {
         self.prune(committed);
-        self.pending_total
+        self.total
     }
 
     /// Forgets the runs whose transaction has committed. Walks the runs only when the
     /// oldest may have committed, so about once per commit.
     fn prune(&mut self, committed: Tid) {
-        match self.oldest_pending_tid {
+        match self.oldest_tid {
             Some(oldest) if !tid_gt(oldest, committed) => {}
             _ => return,
         }
         let (mut total, mut oldest) = (0, None);
-        self.pending_free.retain(|_, &mut (len, tid)| {
+        self.runs.retain(|_, &mut (len, tid)| {
             let keep = tid_gt(tid, committed);
             if keep {
                 total += len;
@@ -133,8 +180,8 @@ impl AllocState {
             }
             keep
         });
-        self.pending_total = total;
-        self.oldest_pending_tid = oldest;
+        self.total = total;
+        self.oldest_tid = oldest;
     }
 
     /// Keeps blocks `[start, start + count)` from being handed out until transaction `tid`
@@ -148,36 +195,36 @@ impl AllocState {
         let (mut lo, mut hi, mut newest) = (start, start + count, tid);
         // Runs are disjoint and sorted by start, so their ends are sorted too.
         let touching: Vec<u64> = self
-            .pending_free
+            .runs
             .range(..=hi)
             .rev()
             .take_while(|(&s, &(len, _))| s + len >= lo)
             .map(|(&s, _)| s)
             .collect();
         for s in touching {
-            let (len, t) = self.pending_free.remove(&s).expect("listed just above");
-            self.pending_total -= len;
+            let (len, t) = self.runs.remove(&s).expect("listed just above");
+            self.total -= len;
             lo = lo.min(s);
             hi = hi.max(s + len);
             if tid_gt(t, newest) {
                 newest = t;
             }
         }
-        self.pending_free.insert(lo, (hi - lo, newest));
-        self.pending_total += hi - lo;
-        self.oldest_pending_tid = Some(older(self.oldest_pending_tid, newest));
+        self.runs.insert(lo, (hi - lo, newest));
+        self.total += hi - lo;
+        self.oldest_tid = Some(older(self.oldest_tid, newest));
     }
 
     /// If `[start, end)` overlaps pending frees, the first of them as (start, end).
     fn pending_overlap(&self, start: u64, end: u64) -> Option<(u64, u64)> {
         // Pending runs never overlap each other: one starting at or before `start` that
         // reaches past it, else the first starting inside the range.
-        if let Some((&s, &(len, _))) = self.pending_free.range(..=start).next_back() {
+        if let Some((&s, &(len, _))) = self.runs.range(..=start).next_back() {
             if s + len > start {
                 return Some((s, s + len));
             }
         }
-        let (&s, &(len, _)) = self.pending_free.range(start..end).next()?;
+        let (&s, &(len, _)) = self.runs.range(start..end).next()?;
         Some((s, s + len))
     }
 }
@@ -192,7 +239,7 @@ pub(crate) fn alloc_blocks(tx: &mut Tx, goal: u64, want: u32) -> FsResult<(u64, 
         goal
     };
     let committed = tx.fs.journal.committed_tid();
-    tx.st.alloc.prune(committed);
+    tx.fs.alloc.pending.lock().prune(committed);
     let first_group = geo.group_of_block(goal);
     let groups = geo.group_count;
     for step in 0..=groups {
@@ -206,7 +253,7 @@ pub(crate) fn alloc_blocks(tx: &mut Tx, goal: u64, want: u32) -> FsResult<(u64, 
             return Ok(run);
         }
     }
-    let pending = tx.st.alloc.pending_blocks(committed);
+    let pending = tx.fs.alloc.pending_blocks(committed);
     Err(FsError::NoSpace(format!(
         "no free block left ({pending} blocks freed by transactions not yet committed)"
     )))
@@ -218,14 +265,19 @@ fn alloc_in_group(
     from_bit: u32,
     want: u32,
 ) -> FsResult<Option<(u64, u32)>> {
-    let mut desc = read_desc(tx.fs, group)?;
+    if read_desc(tx.fs, group)?.free_blocks == 0 {
+        return Ok(None);
+    }
+    let fs = tx.fs;
+    let _group = fs.alloc.lock_group(group);
+    let mut desc = read_desc(fs, group)?;
     if desc.free_blocks == 0 {
         return Ok(None);
     }
     if desc.has_flag(FLAG_BLOCK_UNINIT) {
         init_block_bitmap(tx, group, &mut desc)?;
     }
-    let geo = &tx.fs.geo;
+    let geo = &fs.geo;
     let group_first = geo.group_first_block(group);
     let bits = geo.blocks_in_group(group);
     let bytes = tx.buffer(desc.block_bitmap)?.bytes();
@@ -234,7 +286,12 @@ fn alloc_in_group(
         let mut from = lo;
         while let Some((bit, len)) = bitmap::find_clear_run(&bytes, from, hi, want) {
             let start = group_first + u64::from(bit);
-            match tx.st.alloc.pending_overlap(start, start + u64::from(len)) {
+            let overlap = fs
+                .alloc
+                .pending
+                .lock()
+                .pending_overlap(start, start + u64::from(len));
+            match overlap {
                 None => return take_run(tx, group, &mut desc, bit, len).map(Some),
                 Some((p_start, _)) if p_start > start => {
                     let len = (p_start - start) as u32;
@@ -275,7 +332,7 @@ fn take_run(
     }
     desc.free_blocks -= len;
     write_desc(tx, group, desc)?;
-    tx.st.alloc.free_blocks -= u64::from(len);
+    tx.fs.alloc.totals.lock().free_blocks -= u64::from(len);
     Ok((tx.fs.geo.group_first_block(group) + u64::from(bit), len))
 }
 
@@ -301,12 +358,14 @@ pub(crate) fn free_blocks(tx: &mut Tx, start: u64, count: u64) -> FsResult<()> {
         }
         block += u64::from(n);
     }
-    tx.st.alloc.hold(start, count, tid);
+    tx.fs.alloc.pending.lock().hold(start, count, tid);
     Ok(())
 }
 
 fn free_in_group(tx: &mut Tx, group: u32, bit: u32, n: u32) -> FsResult<()> {
-    let mut desc = read_desc(tx.fs, group)?;
+    let fs = tx.fs;
+    let _group = fs.alloc.lock_group(group);
+    let mut desc = read_desc(fs, group)?;
     if desc.has_flag(FLAG_BLOCK_UNINIT) {
         return Err(FsError::Inconsistent(format!(
             "freeing blocks in group {group}, whose bitmap was never initialized"
@@ -335,7 +394,7 @@ fn free_in_group(tx: &mut Tx, group: u32, bit: u32, n: u32) -> FsResult<()> {
     }
     desc.free_blocks += n;
     write_desc(tx, group, &desc)?;
-    tx.st.alloc.free_blocks += u64::from(n);
+    tx.fs.alloc.totals.lock().free_blocks += u64::from(n);
     Ok(())
 }
 
@@ -360,7 +419,9 @@ pub(crate) fn mark_blocks(tx: &mut Tx, start: u64, count: u64, used: bool) -> Fs
         let first = geo.group_first_block(group);
         let n = (end.min(first + u64::from(geo.blocks_in_group(group))) - block) as u32;
         let bit = (block - first) as u32;
-        let mut desc = read_desc(tx.fs, group)?;
+        let fs = tx.fs;
+        let _group = fs.alloc.lock_group(group);
+        let mut desc = read_desc(fs, group)?;
         if desc.has_flag(FLAG_BLOCK_UNINIT) {
             init_block_bitmap(tx, group, &mut desc)?;
         }
@@ -394,18 +455,18 @@ pub(crate) fn mark_blocks(tx: &mut Tx, start: u64, count: u64, used: bool) -> Fs
             ))
         })?;
         write_desc(tx, group, &desc)?;
-        let alloc = &mut tx.st.alloc;
+        let mut totals = fs.alloc.totals.lock();
         if used {
-            alloc.free_blocks = alloc.free_blocks.saturating_sub(u64::from(changed));
+            totals.free_blocks = totals.free_blocks.saturating_sub(u64::from(changed));
         } else {
-            alloc.free_blocks += u64::from(changed);
+            totals.free_blocks += u64::from(changed);
         }
         changed_total += u64::from(changed);
         block += u64::from(n);
     }
     if !used {
         let tid = tx.tid();
-        tx.st.alloc.hold(start, count, tid);
+        tx.fs.alloc.pending.lock().hold(start, count, tid);
     }
     Ok(changed_total)
 }
@@ -422,7 +483,9 @@ pub(crate) fn mark_inode_used(
 ) -> FsResult<bool> {
     let (group, bit) = tx.fs.geo.inode_position(ino);
     let ipg = tx.fs.geo.inodes_per_group;
-    let mut desc = read_desc(tx.fs, group)?;
+    let fs = tx.fs;
+    let locked = fs.alloc.lock_group(group);
+    let mut desc = read_desc(fs, group)?;
     if desc.has_flag(FLAG_INODE_UNINIT) {
         init_inode_bitmap(tx, group, &mut desc)?;
     }
@@ -444,7 +507,9 @@ pub(crate) fn mark_inode_used(
                 "group {group} counts no free inode but inode {ino} was free"
             ))
         })?;
-        tx.st.alloc.free_inodes = tx.st.alloc.free_inodes.saturating_sub(1);
+        fs.alloc.saw_free_inodes(&locked, group, desc.free_inodes);
+        let mut totals = fs.alloc.totals.lock();
+        totals.free_inodes = totals.free_inodes.saturating_sub(1);
     }
     let dirs_before = u32::from(!was_free && was_dir);
     desc.used_dirs = (desc.used_dirs + u32::from(is_dir)).saturating_sub(dirs_before);
@@ -550,12 +615,14 @@ fn inode_groups(tx: &Tx, parent: u32, is_dir: bool) -> FsResult<Vec<u32>> {
 
 /// Allocates an inode number for a new inode whose parent directory is `parent`.
 pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u32> {
+    let fs = tx.fs;
     for group in inode_groups(tx, parent, is_dir)? {
-        if tx.st.alloc.inode_group_full(group) {
+        if fs.alloc.inode_group_seen_full(group) {
             continue;
         }
-        let mut desc = read_desc(tx.fs, group)?;
-        tx.st.alloc.saw_free_inodes(group, desc.free_inodes);
+        let locked = fs.alloc.lock_group(group);
+        let mut desc = read_desc(fs, group)?;
+        fs.alloc.saw_free_inodes(&locked, group, desc.free_inodes);
         if desc.free_inodes == 0 {
             continue;
         }
@@ -585,22 +652,38 @@ pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u3
             desc.set_bitmap_csums(desc.block_bitmap_csum, csum, tx.fs.geo.desc_size);
         }
         desc.free_inodes -= 1;
-        tx.st.alloc.saw_free_inodes(group, desc.free_inodes);
+        fs.alloc.saw_free_inodes(&locked, group, desc.free_inodes);
         if is_dir {
             desc.used_dirs += 1;
         }
         desc.itable_unused = desc.itable_unused.min(ipg - bit - 1);
         write_desc(tx, group, &desc)?;
-        tx.st.alloc.free_inodes -= 1;
+        fs.alloc.totals.lock().free_inodes -= 1;
         return Ok(group * ipg + bit + 1);
     }
     Err(FsError::NoSpace("no free inode left".into()))
 }
 
+/// Whether inode number `ino` is marked in use in its group's bitmap.
+pub(crate) fn inode_in_use(fs: &FsInner, ino: u32) -> FsResult<bool> {
+    let (group, bit) = fs.geo.inode_position(ino);
+    let desc = read_desc(fs, group)?;
+    if desc.has_flag(FLAG_INODE_UNINIT) {
+        return Ok(false);
+    }
+    crate::lock_order::may_do_io("an inode bitmap read");
+    Ok(fs
+        .cache
+        .get(desc.inode_bitmap)?
+        .read(|b| bitmap::test_bit(b, bit)))
+}
+
 /// Frees inode number `ino`.
 pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
     let (group, bit) = tx.fs.geo.inode_position(ino);
-    let mut desc = read_desc(tx.fs, group)?;
+    let fs = tx.fs;
+    let locked = fs.alloc.lock_group(group);
+    let mut desc = read_desc(fs, group)?;
     let ipg = tx.fs.geo.inodes_per_group;
     let seed = tx.fs.csum_seed;
     if !tx
@@ -619,12 +702,12 @@ pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
         desc.set_bitmap_csums(desc.block_bitmap_csum, csum, tx.fs.geo.desc_size);
     }
     desc.free_inodes += 1;
-    tx.st.alloc.saw_free_inodes(group, desc.free_inodes);
+    fs.alloc.saw_free_inodes(&locked, group, desc.free_inodes);
     if was_dir {
         desc.used_dirs = desc.used_dirs.saturating_sub(1);
     }
     write_desc(tx, group, &desc)?;
-    tx.st.alloc.free_inodes += 1;
+    fs.alloc.totals.lock().free_inodes += 1;
     Ok(())
 }
 
@@ -634,7 +717,7 @@ mod tests {
 
     #[test]
     fn the_first_overlapping_pending_free_is_found() {
-        let mut st = AllocState::empty();
+        let mut st = PendingFrees::default();
         st.hold(7417, 1, 9);
         st.hold(7419, 81, 9);
         st.hold(7600, 10, 9);
@@ -651,7 +734,7 @@ mod tests {
 
     #[test]
     fn held_runs_merge_with_the_runs_they_overlap_or_touch() {
-        let mut st = AllocState::empty();
+        let mut st = PendingFrees::default();
         st.hold(100, 10, 5);
         st.hold(120, 10, 6);
         st.hold(300, 5, 5);

@@ -1,9 +1,11 @@
 //! The library API: a mounted file system ([`Fs`]) and open files ([`File`]).
 //!
-//! Every call takes the file system lock for its duration, except that `fsync` and
-//! `fdatasync` release it before waiting for their data writes (`file::DataInFlight`) and
-//! for the commit or fast commit, so other threads go on while one waits for the disk.
-//! `Fs` is cheap to clone and safe to share between threads.
+//! Every call is one operation (`crate::op::Op`): it locks the inodes it reads or changes,
+//! in the order `crate::lock_order` prescribes, so calls on different files run at once.
+//! `fsync` and `fdatasync` release their inode before waiting for their data writes
+//! (`file::DataInFlight`) and for the commit or fast commit. A few calls need the file
+//! system still (a flag change that switches a file's journal mode; remount, unmount) and
+//! run alone. `Fs` is cheap to clone and safe to share between threads.
 //!
 //! Dropping the last `Fs` without [`Fs::unmount`] is a crash as far as the disk is
 //! concerned: what committed is recovered at the next mount, nothing more.
@@ -17,8 +19,9 @@ use crate::inodes::{inode_time, stat};
 use crate::journal_mode::FileJournalMode;
 use crate::mount::{self, MountReport};
 use crate::namei::{self, NewNode};
+use crate::op::{Op, Reach};
 use crate::options::MountOptions;
-use crate::state::{FsInner, FsState};
+use crate::state::FsInner;
 use crate::tx::Tx;
 use crate::types::{
     DirEntry, FallocateMode, FileKind, Ino, PrivilegeDrop, RenameFlags, SetAttr, Stat, StatFs,
@@ -30,7 +33,7 @@ use jext_cache::{WritebackPolicy, WritebackTarget, WritebackThread};
 use jext_device::{BlockDevice, CounterSnapshot};
 use jext_io::{IoConfig, IoQueue};
 use jext_journal::JournalStats;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -88,38 +91,50 @@ impl Fs {
         Fs::open(device, options)
     }
 
-    /// Runs `f` with the file system's internals locked (for fsck and debug).
-    pub(crate) fn with_state<R>(&self, f: impl FnOnce(&FsInner, &mut FsState) -> R) -> FsResult<R> {
-        let mut st = self.lock()?;
-        Ok(f(self.inner(), &mut st))
+    /// Runs `f` with the file system to itself (for fsck, debug and tests).
+    pub(crate) fn with_exclusive<R>(&self, f: impl FnOnce(&mut Op) -> R) -> FsResult<R> {
+        let mut op = self.op(true)?;
+        Ok(f(&mut op))
     }
 
     fn inner(&self) -> &FsInner {
         &self.mounted.inner
     }
 
-    /// Runs `op` under the lock. When it finds no room but transactions not yet committed
-    /// have freed blocks, commits them with the lock released (a commit never waits for
-    /// an operation holding it) and runs `op` once more. `op` must change nothing before
-    /// it fails for room, or change it the same way again.
-    fn with_room<R>(&self, op: impl Fn(&FsInner, &mut FsState) -> FsResult<R>) -> FsResult<R> {
+    /// One operation: the changes gate shared, or (`exclusive`) the file system to itself.
+    /// Refused once the file system is unmounted.
+    fn op(&self, exclusive: bool) -> FsResult<Op<'_>> {
+        if *self.mounted.unmounted.lock() {
+            return Err(FsError::Invalid("the file system is unmounted".into()));
+        }
+        Ok(match exclusive {
+            true => Op::exclusive(self.inner()),
+            false => Op::shared(self.inner()),
+        })
+    }
+
+    /// Runs `f` as one operation. When it finds no room but transactions not yet
+    /// committed have freed blocks, commits them with nothing locked (a commit never waits
+    /// for an operation) and runs `f` once more. `f` must change nothing before it fails
+    /// for room, or change it the same way again.
+    fn with_room<R>(&self, exclusive: bool, f: impl Fn(&mut Op) -> FsResult<R>) -> FsResult<R> {
         let fs = self.inner();
-        let mut st = self.lock()?;
-        match op(fs, &mut st) {
-            Err(FsError::NoSpace(_)) if st.alloc.pending_blocks(fs.journal.committed_tid()) > 0 => {
-                drop(st);
+        let mut op = self.op(exclusive)?;
+        match f(&mut op) {
+            Err(FsError::NoSpace(_)) if fs.alloc.pending_blocks(fs.journal.committed_tid()) > 0 => {
+                drop(op);
                 fs.journal.commit_all()?;
-                op(fs, &mut *self.lock()?)
+                f(&mut self.op(exclusive)?)
             }
             result => result,
         }
     }
 
-    fn lock(&self) -> FsResult<MutexGuard<'_, FsState>> {
-        if *self.mounted.unmounted.lock() {
-            return Err(FsError::Invalid("the file system is unmounted".into()));
-        }
-        Ok(self.inner().state.lock())
+    /// Runs `f` on inode `ino`, locked alone.
+    fn on_inode<R>(&self, ino: Ino, f: impl FnOnce(&mut Op) -> FsResult<R>) -> FsResult<R> {
+        let mut op = self.op(false)?;
+        op.lock(ino, Reach::First)?;
+        f(&mut op)
     }
 
     /// `remount,ro` (`read_only`) or `remount,rw`: going read-only writes everything back,
@@ -127,7 +142,7 @@ impl Fs {
     /// makes the image dirty (needs_recovery) again and lets changes start a new
     /// transaction. A file system opened on a read-only device cannot become writable.
     pub fn remount(&self, read_only: bool) -> FsResult<()> {
-        drop(self.lock()?);
+        drop(self.op(false)?);
         mount::remount(self.inner(), read_only)
     }
 
@@ -155,9 +170,7 @@ impl Fs {
 
     /// What `stat` shows for inode `ino`.
     pub fn stat(&self, ino: Ino) -> FsResult<Stat> {
-        let mut st = self.lock()?;
-        crate::inodes::load(self.inner(), &mut st, ino)?;
-        stat(self.inner(), ino, &st.inodes[&ino])
+        self.on_inode(ino, |op| stat(op.fs, ino, op.inode(ino)))
     }
 
     /// `stat` of an inode known only by its number (a file handle, an NFS client): ENOENT
@@ -168,29 +181,40 @@ impl Fs {
         if ino < ROOT_INO || ino > inodes {
             return Err(gone());
         }
-        let mut st = self.lock()?;
-        if crate::inodes::load(self.inner(), &mut st, ino).is_err() {
+        let mut op = self.op(false)?;
+        if op.lock(ino, Reach::First).is_err() {
             return Err(gone());
         }
-        let info = &st.inodes[&ino];
+        let info = op.inode(ino);
         if info.raw.links_count() == 0 && info.open_count == 0 {
             return Err(gone());
         }
-        stat(self.inner(), ino, info)
+        stat(op.fs, ino, info)
     }
 
     /// Looks `name` up in directory `parent`.
     pub fn lookup(&self, parent: Ino, name: &[u8]) -> FsResult<Stat> {
-        let mut st = self.lock()?;
-        let ino = namei::lookup(self.inner(), &mut st, parent, name)?;
-        crate::inodes::load(self.inner(), &mut st, ino)?;
-        stat(self.inner(), ino, &st.inodes[&ino])
+        self.on_inode(parent, |op| {
+            let ino = namei::lookup(op, parent, name)?;
+            if ino != parent {
+                // ".." is above the directory: it is locked after the directory is let go.
+                let reach = match name {
+                    b".." => {
+                        op.unlock(parent);
+                        Reach::First
+                    }
+                    _ => Reach::EntryOf(parent),
+                };
+                op.lock(ino, reach)?;
+            }
+            stat(op.fs, ino, op.inode(ino))
+        })
     }
 
     fn make(&self, parent: Ino, name: &[u8], node: NewNode) -> FsResult<Stat> {
-        self.with_room(|fs, st| {
-            let ino = namei::create(fs, st, parent, name, node.clone())?;
-            stat(fs, ino, &st.inodes[&ino])
+        self.with_room(false, |op| {
+            let ino = namei::create(op, parent, name, node.clone())?;
+            stat(op.fs, ino, op.inode(ino))
         })
     }
 
@@ -306,26 +330,23 @@ impl Fs {
     }
 
     pub fn readlink(&self, ino: Ino) -> FsResult<Vec<u8>> {
-        let mut st = self.lock()?;
-        namei::readlink(self.inner(), &mut st, ino)
+        self.on_inode(ino, |op| namei::readlink(op, ino))
     }
 
     /// Adds a hard link `name` in `parent` to `ino`.
     pub fn link(&self, ino: Ino, parent: Ino, name: &[u8]) -> FsResult<Stat> {
-        self.with_room(|fs, st| {
-            namei::link(fs, st, ino, parent, name)?;
-            stat(fs, ino, &st.inodes[&ino])
+        self.with_room(false, |op| {
+            namei::link(op, ino, parent, name)?;
+            stat(op.fs, ino, op.inode(ino))
         })
     }
 
     pub fn unlink(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
-        let mut st = self.lock()?;
-        namei::unlink(self.inner(), &mut st, parent, name, false)
+        namei::unlink(&mut self.op(false)?, parent, name, false)
     }
 
     pub fn rmdir(&self, parent: Ino, name: &[u8]) -> FsResult<()> {
-        let mut st = self.lock()?;
-        namei::unlink(self.inner(), &mut st, parent, name, true)
+        namei::unlink(&mut self.op(false)?, parent, name, true)
     }
 
     pub fn rename(
@@ -336,82 +357,83 @@ impl Fs {
         dst: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
-        self.with_room(|fs, st| namei::rename(fs, st, src_parent, src, dst_parent, dst, flags))
+        self.with_room(false, |op| {
+            namei::rename(op, src_parent, src, dst_parent, dst, flags)
+        })
     }
 
     /// A batch of entries of directory `ino` from `cookie` on (0: from the start); call
     /// again from the last entry's `next_cookie` until a batch is empty.
     pub fn readdir(&self, ino: Ino, cookie: u64) -> FsResult<Vec<DirEntry>> {
-        let mut st = self.lock()?;
-        crate::inodes::load(self.inner(), &mut st, ino)?;
-        let info = &st.inodes[&ino];
-        if !info.is_dir() {
-            return Err(FsError::NotDir(format!("inode {ino}")));
-        }
-        let raw = info.raw.clone();
-        let listed = dir::list_batch(self.inner(), ino, &raw, cookie, dir::READDIR_BATCH_ENTRIES)?;
-        crate::inodes::note_access(self.inner(), st.inodes.get_mut(&ino).expect("loaded"));
-        let mut out = Vec::with_capacity(listed.len());
-        for l in listed {
-            let kind = match FileKind::from_dirent_type(l.file_type) {
-                Some(kind) => kind,
-                None => {
-                    crate::inodes::load(self.inner(), &mut st, l.ino)?;
-                    stat(self.inner(), l.ino, &st.inodes[&l.ino])?.kind
-                }
-            };
-            out.push(DirEntry {
-                ino: l.ino,
-                name: l.name,
-                kind,
-                next_cookie: l.next_cookie,
-            });
-        }
-        Ok(out)
+        self.on_inode(ino, |op| {
+            let fs = op.fs;
+            let info = op.inode(ino);
+            if !info.is_dir() {
+                return Err(FsError::NotDir(format!("inode {ino}")));
+            }
+            let raw = info.raw.clone();
+            let listed = dir::list_batch(fs, ino, &raw, cookie, dir::READDIR_BATCH_ENTRIES)?;
+            crate::inodes::note_access(fs, op.inode_mut(ino));
+            let mut out = Vec::with_capacity(listed.len());
+            for l in listed {
+                let kind = match FileKind::from_dirent_type(l.file_type) {
+                    Some(kind) => kind,
+                    None => namei::kind_of(fs, l.ino)?.ok_or_else(|| {
+                        FsError::Inconsistent(format!("inode {} has no file type", l.ino))
+                    })?,
+                };
+                out.push(DirEntry {
+                    ino: l.ino,
+                    name: l.name,
+                    kind,
+                    next_cookie: l.next_cookie,
+                });
+            }
+            Ok(out)
+        })
     }
 
     /// Makes `ino`'s data journaled or leaves it to the mount's `data=` (`chattr +j` /
     /// `-j`, at ext4's safe points: see [`FileJournalMode`]); returns the new `stat`.
     pub fn set_journal_mode(&self, ino: Ino, mode: FileJournalMode) -> FsResult<Stat> {
-        self.with_room(|fs, st| {
-            crate::inodes::load(fs, st, ino)?;
-            let now = st.inodes[&ino].raw.flags() & iflags::USER_MODIFIABLE;
-            let flags = match mode {
-                FileJournalMode::Data => now | iflags::JOURNAL_DATA,
-                FileJournalMode::Mount => now & !iflags::JOURNAL_DATA,
-            };
-            let change = SetAttr {
-                flags: Some(flags),
-                ..SetAttr::default()
-            };
-            set_attributes(fs, st, ino, &change)
-        })
+        let now = self.on_inode(ino, |op| Ok(op.inode(ino).raw.flags()))?;
+        let now = now & iflags::USER_MODIFIABLE;
+        let flags = match mode {
+            FileJournalMode::Data => now | iflags::JOURNAL_DATA,
+            FileJournalMode::Mount => now & !iflags::JOURNAL_DATA,
+        };
+        let change = SetAttr {
+            flags: Some(flags),
+            ..SetAttr::default()
+        };
+        self.setattr(ino, &change)
     }
 
     /// Whether `ino`'s data goes through the journal (the mount's `data=journal`, or the
     /// file's `j` flag); false for anything but a regular file.
     pub fn journals_data(&self, ino: Ino) -> FsResult<bool> {
-        let mut st = self.lock()?;
-        crate::inodes::load(self.inner(), &mut st, ino)?;
-        Ok(self.inner().journals_data(&st.inodes[&ino].raw))
+        self.on_inode(ino, |op| Ok(op.fs.journals_data(&op.inode(ino).raw)))
     }
 
-    /// Changes attributes; returns the new `stat`.
+    /// Changes attributes; returns the new `stat`. A flag change runs alone: switching a
+    /// file's journal mode waits for a commit and a checkpoint with every operation held
+    /// off, as ext4's does (flag changes are rare).
     pub fn setattr(&self, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
-        self.with_room(|fs, st| set_attributes(fs, st, ino, attr))
+        self.with_room(attr.flags.is_some(), |op| set_attributes(op, ino, attr))
     }
 
     /// Drops `what` from `ino`, as Linux does before a write; says whether anything went
     /// (mode or ctime changed). Nothing to drop: no transaction.
     pub fn drop_privileges(&self, ino: Ino, what: PrivilegeDrop) -> FsResult<bool> {
-        self.with_room(|fs, st| {
-            crate::inodes::load(fs, st, ino)?;
-            let raw = st.inodes[&ino].raw.clone();
+        self.with_room(false, |op| {
+            let fs = op.fs;
+            op.lock(ino, Reach::First)?;
+            let raw = op.inode(ino).raw.clone();
             if !crate::privileges::any_to_drop(fs, ino, &raw, &what)? {
                 return Ok(false);
             }
-            namei::ensure_space(fs, st, 4, false)?;
-            let mut tx = Tx::begin(fs, st, 12)?;
+            namei::ensure_space(fs, 4, false)?;
+            let mut tx = Tx::begin(op, 12)?;
             let r = crate::privileges::drop_in(&mut tx, ino, &what);
             tx.end(r).map(|()| true)
         })
@@ -419,40 +441,51 @@ impl Fs {
 
     /// Notes that `ino` is open (an unlinked open inode lives until released).
     pub fn open_inode(&self, ino: Ino) -> FsResult<Stat> {
-        let mut st = self.lock()?;
-        crate::inodes::load(self.inner(), &mut st, ino)?;
-        let info = st.inodes.get_mut(&ino).expect("loaded");
-        info.open_count += 1;
-        stat(self.inner(), ino, info)
+        self.on_inode(ino, |op| {
+            let info = op.inode_mut(ino);
+            info.open_count += 1;
+            stat(op.fs, ino, op.inode(ino))
+        })
     }
 
     /// Notes that one opener of `ino` closed it; deletes it if it has no names left.
     pub fn release(&self, ino: Ino) -> FsResult<()> {
-        let mut st = self.lock()?;
-        let Some(info) = st.inodes.get_mut(&ino) else {
+        let fs = self.inner();
+        let mut op = self.op(false)?;
+        if !op.lock_if_cached(ino, Reach::First) {
             return Ok(());
-        };
+        }
+        let info = op.inode_mut(ino);
         info.open_count = info.open_count.saturating_sub(1);
-        if info.open_count == 0 && info.raw.links_count() == 0 && !self.inner().is_read_only() {
-            crate::truncate::delete_inode(self.inner(), &mut st, ino)?;
+        if info.open_count == 0 && info.raw.links_count() == 0 && !fs.is_read_only() {
+            crate::truncate::delete_inode(&mut op, ino)?;
         }
         Ok(())
     }
 
     pub fn read(&self, ino: Ino, offset: u64, len: usize) -> FsResult<Vec<u8>> {
-        let mut st = self.lock()?;
-        file::read(self.inner(), &mut st, ino, offset, len)
+        self.on_inode(ino, |op| file::read(op, ino, offset, len))
     }
 
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        self.with_room(|fs, st| file::write(fs, st, ino, offset, data, true))
+        self.write_with(ino, offset, data, true)
     }
 
     /// A write of pages a kernel cached earlier (FUSE's writeback cache): that kernel keeps
     /// the file's mtime and ctime itself and sends them with a `setattr`, which may come
     /// before these pages do, so the write changes data and size but not the times.
     pub fn write_cached(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        self.with_room(|fs, st| file::write(fs, st, ino, offset, data, false))
+        self.write_with(ino, offset, data, false)
+    }
+
+    fn write_with(&self, ino: Ino, offset: u64, data: &[u8], touch_times: bool) -> FsResult<usize> {
+        let written = self.with_room(false, |op| {
+            op.lock(ino, Reach::First)?;
+            file::write(op, ino, offset, data, touch_times)
+        })?;
+        // With nothing locked: a throttled writer must not hold up others for its writeback.
+        file::balance_dirty(self.inner(), ino)?;
+        Ok(written)
     }
 
     /// `fsync` (`datasync`: `fdatasync`): returns once the file is durable.
@@ -473,39 +506,54 @@ impl Fs {
 
     fn sync_file(&self, ino: Ino, datasync: bool, promise: Promise) -> FsResult<()> {
         let fs = self.inner();
+        drop(self.op(false)?);
+        if !fs.is_read_only() {
+            // The bulk of the data a batch at a time; what is left (pages dirtied since,
+            // the times, the last batch) is planned with the sync.
+            file::write_back_unlocked(fs, ino, false)?;
+        }
         let (tid, flush, in_flight, fast_commit) = {
-            let mut st = self.lock()?;
-            let (tid, flush, in_flight) = file::prepare_sync(fs, &mut st, ino, datasync)?;
+            let mut op = self.op(false)?;
+            op.lock(ino, Reach::First)?;
+            let (tid, flush, in_flight) = file::prepare_sync(&mut op, ino, datasync)?;
             let tid = match (tid, promise) {
-                (Some(t), Promise::Durable) if fast_commit::already_durable(fs, &st, ino, t) => {
-                    None
-                }
+                (Some(t), Promise::Durable) if fast_commit::already_durable(&op, ino, t) => None,
                 _ => tid,
             };
             let fast_commit = match (tid, promise) {
-                (Some(tid), Promise::Durable) => Some(fast_commit::plan(fs, &mut st, ino, tid)),
+                (Some(tid), Promise::Durable) => Some(fast_commit::plan(&mut op, ino, tid)),
                 _ => None,
             };
             (tid, flush, in_flight, fast_commit)
         };
-        // Other threads' operations go on while this file's data transfers.
-        in_flight.finish(fs)?;
+        // Other operations on the file go on while its data transfers.
+        let written = in_flight.finish(fs);
         let fast_commit = fast_commit.transpose()?;
         match (tid, promise) {
             (Some(tid), Promise::Durable) => {
                 let plan = fast_commit.expect("planned for every durable sync with a tid");
                 let file = plan.as_ref().ok().and_then(|p| p.file);
-                if fast_commit::write(fs, plan)? {
-                    fast_commit::note_durable(&mut fs.state.lock(), tid, file);
+                // Handed to the writer even when the data failed: its ticket must reach the
+                // journal, or every later fast commit waits for it (a failure that changed
+                // metadata aborted the journal, and the writer then refuses it).
+                let made_durable = fast_commit::write(fs, plan);
+                written?;
+                if made_durable? {
+                    if let Some(file) = file {
+                        let mut op = self.op(false)?;
+                        op.lock(file.0, Reach::First)?;
+                        fast_commit::note_durable(&mut op, tid, file);
+                    }
                     // The fast commit's preflush made the overwritten data durable too.
                     return Ok(());
                 }
                 fs.journal.commit_and_wait(tid)?;
             }
-            (None, Promise::Durable) => {}
+            (None, Promise::Durable) => written?,
             // A barrier delimits an epoch even when this file has nothing to order: the
             // running transaction (other files' changes) commits, as BarrierFS's does.
             (tid, Promise::Ordered) => {
+                written?;
                 let tid = tid.unwrap_or_else(|| fs.journal.latest_tid());
                 fs.journal.commit_and_wait_dispatched(tid)?;
             }
@@ -517,17 +565,21 @@ impl Fs {
     }
 
     pub fn fallocate(&self, ino: Ino, offset: u64, len: u64, mode: FallocateMode) -> FsResult<()> {
-        self.with_room(|fs, st| file::fallocate(fs, st, ino, offset, len, mode))
+        self.with_room(false, |op| {
+            op.lock(ino, Reach::First)?;
+            file::fallocate(op, ino, offset, len, mode)
+        })
     }
 
     pub fn getxattr(&self, ino: Ino, name: &[u8]) -> FsResult<Vec<u8>> {
-        let mut st = self.lock()?;
-        crate::inodes::load(self.inner(), &mut st, ino)?;
-        let raw = st.inodes[&ino].raw.clone();
-        match self.acl_kind(name)? {
-            Some(kind) => acl::get_xattr(self.inner(), ino, &raw, kind),
-            None => xattr_ops::get(self.inner(), ino, &raw, name),
-        }
+        let kind = self.acl_kind(name)?;
+        self.on_inode(ino, |op| {
+            let raw = op.inode(ino).raw.clone();
+            match kind {
+                Some(kind) => acl::get_xattr(op.fs, ino, &raw, kind),
+                None => xattr_ops::get(op.fs, ino, &raw, name),
+            }
+        })
     }
 
     /// The ACL an xattr name stands for; EOPNOTSUPP for ACL names under `noacl`.
@@ -542,10 +594,10 @@ impl Fs {
     }
 
     pub fn listxattr(&self, ino: Ino) -> FsResult<Vec<Vec<u8>>> {
-        let mut st = self.lock()?;
-        crate::inodes::load(self.inner(), &mut st, ino)?;
-        let raw = st.inodes[&ino].raw.clone();
-        xattr_ops::list(self.inner(), ino, &raw)
+        self.on_inode(ino, |op| {
+            let raw = op.inode(ino).raw.clone();
+            xattr_ops::list(op.fs, ino, &raw)
+        })
     }
 
     pub fn setxattr(
@@ -556,11 +608,11 @@ impl Fs {
         mode: XattrSetMode,
     ) -> FsResult<()> {
         let kind = self.acl_kind(name)?;
-        self.with_room(|fs, st| {
-            crate::inodes::load(fs, st, ino)?;
-            inode_guard::check_xattr_change(ino, st.inodes[&ino].raw.flags())?;
-            namei::ensure_space(fs, st, 4, false)?;
-            let mut tx = Tx::begin(fs, st, 12)?;
+        self.with_room(false, |op| {
+            op.lock(ino, Reach::First)?;
+            inode_guard::check_xattr_change(ino, op.inode(ino).raw.flags())?;
+            namei::ensure_space(op.fs, 4, false)?;
+            let mut tx = Tx::begin(op, 12)?;
             let r = match kind {
                 Some(kind) => acl::set_xattr(&mut tx, ino, kind, value, mode),
                 None => xattr_ops::set(&mut tx, ino, name, value, mode),
@@ -572,66 +624,78 @@ impl Fs {
 
     pub fn removexattr(&self, ino: Ino, name: &[u8]) -> FsResult<()> {
         self.acl_kind(name)?;
-        let mut st = self.lock()?;
-        let fs = self.inner();
-        crate::inodes::load(fs, &mut st, ino)?;
-        inode_guard::check_xattr_change(ino, st.inodes[&ino].raw.flags())?;
-        let mut tx = Tx::begin(fs, &mut st, 12)?;
-        let r = xattr_ops::remove(&mut tx, ino, name).and_then(|_| touch_ctime(&mut tx, ino));
-        tx.end(r)
+        self.on_inode(ino, |op| {
+            inode_guard::check_xattr_change(ino, op.inode(ino).raw.flags())?;
+            let mut tx = Tx::begin(op, 12)?;
+            let r = xattr_ops::remove(&mut tx, ino, name).and_then(|_| touch_ctime(&mut tx, ino));
+            tx.end(r)
+        })
     }
 
     pub fn statfs(&self) -> FsResult<StatFs> {
-        let st = self.lock()?;
-        let geo = &self.inner().geo;
-        let free = st
-            .alloc
-            .free_blocks
-            .saturating_sub(st.alloc.reserved_blocks);
+        drop(self.op(false)?);
+        let fs = self.inner();
+        let geo = &fs.geo;
+        let (free, inodes_free) = {
+            let totals = fs.alloc.totals.lock();
+            (
+                totals.free_blocks.saturating_sub(totals.reserved_blocks),
+                totals.free_inodes,
+            )
+        };
+        let sb = fs.sb.lock();
         Ok(StatFs {
             block_size: geo.block_size,
-            blocks: geo.blocks_count - u64::from(st.sb.overhead_clusters()),
+            blocks: geo.blocks_count - u64::from(sb.overhead_clusters()),
             blocks_free: free,
-            blocks_available: free.saturating_sub(st.sb.r_blocks_count()),
+            blocks_available: free.saturating_sub(sb.r_blocks_count()),
             inodes: u64::from(geo.inodes_count),
-            inodes_free: st.alloc.free_inodes,
+            inodes_free,
             name_max: 255,
         })
     }
 
     /// Writes back all dirty data and commits (`sync(2)`).
     pub fn sync(&self) -> FsResult<()> {
-        {
-            let mut st = self.lock()?;
-            let fs = self.inner();
-            if !fs.is_read_only() {
-                let files: Vec<u32> = st.pages.dirty_files().into_iter().map(|(i, _)| i).collect();
-                let dirty = st.dirty_inodes();
-                for ino in files.into_iter().chain(dirty) {
-                    file::writeback(fs, &mut st, ino, true)?;
+        let fs = self.inner();
+        drop(self.op(false)?);
+        if !fs.is_read_only() {
+            let files: Vec<u32> = fs
+                .pages
+                .lock()
+                .dirty_files()
+                .into_iter()
+                .map(|(i, _)| i)
+                .collect();
+            for &ino in &files {
+                file::write_back_unlocked(fs, ino, false)?;
+            }
+            // What is left: times, sizes past the data, pages dirtied meanwhile.
+            for ino in files.into_iter().chain(fs.inodes.dirty_inodes()) {
+                let mut op = self.op(false)?;
+                if op.lock_if_cached(ino, Reach::First) {
+                    file::writeback(&mut op, ino, true)?;
                 }
             }
         }
-        self.inner().journal.commit_all()?;
+        fs.journal.commit_all()?;
         Ok(())
     }
 
     /// The extents of inode `ino`, in order (for SEEK_DATA / SEEK_HOLE and inspection).
     pub fn extents(&self, ino: Ino) -> FsResult<Vec<crate::format::extent::Extent>> {
-        let mut st = self.lock()?;
-        file::extents(self.inner(), &mut st, ino)
+        self.on_inode(ino, |op| file::extents(op, ino))
     }
 
     /// `lseek` with `SEEK_DATA` (`hole == false`) or `SEEK_HOLE` (`hole == true`).
     pub fn seek_data_or_hole(&self, ino: Ino, offset: u64, hole: bool) -> FsResult<u64> {
-        let mut st = self.lock()?;
-        file::seek(self.inner(), &mut st, ino, offset, hole)
+        self.on_inode(ino, |op| file::seek(op, ino, offset, hole))
     }
 
     /// Does now what the writeback thread does on its next tick: writes back expired and
     /// excess dirty data and dirty inode times, without waiting for a commit.
     pub fn writeback_now(&self) -> FsResult<()> {
-        drop(self.lock()?);
+        drop(self.op(false)?);
         crate::writeback_policy::writeback_due(self.inner())
     }
 
@@ -656,8 +720,8 @@ impl Fs {
 
     /// Memory the caches use: (cached pages, dirty pages, cached blocks).
     pub fn cache_usage(&self) -> FsResult<(usize, usize, usize)> {
-        let st = self.lock()?;
-        let pages = st.pages.stats();
+        drop(self.op(false)?);
+        let pages = self.inner().pages.lock().stats();
         Ok((
             pages.cached_pages,
             pages.dirty_pages,
@@ -668,9 +732,13 @@ impl Fs {
     /// The inode a `/`-separated path names (symlinks are not followed).
     pub fn resolve(&self, path: &str) -> FsResult<Ino> {
         let mut ino = ROOT_INO;
-        let mut st = self.lock()?;
+        let mut op = self.op(false)?;
         for part in path.split('/').filter(|p| !p.is_empty()) {
-            ino = namei::lookup(self.inner(), &mut st, ino, part.as_bytes())?;
+            // One directory at a time: each is let go before the next is locked.
+            op.lock(ino, Reach::First)?;
+            let next = namei::lookup(&mut op, ino, part.as_bytes());
+            op.unlock(ino);
+            ino = next?;
         }
         Ok(ino)
     }
@@ -705,20 +773,20 @@ impl Fs {
     }
 }
 
-/// `setattr` under the lock: a size first (truncate or extend), then the rest in one
-/// transaction.
-fn set_attributes(fs: &FsInner, st: &mut FsState, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
-    crate::inodes::load(fs, st, ino)?;
-    inode_guard::check_setattr(ino, st.inodes[&ino].raw.flags(), attr)?;
+/// `setattr` of `ino`: a size first (truncate or extend), then the rest in one
+/// transaction. A flag change comes with `op` exclusive (see [`Fs::setattr`]).
+fn set_attributes(op: &mut Op, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
+    op.lock(ino, Reach::First)?;
+    inode_guard::check_setattr(ino, op.inode(ino).raw.flags(), attr)?;
     if let Some(f) = attr.flags {
-        let keep = st.inodes[&ino].raw.flags() & !iflags::USER_MODIFIABLE;
+        let keep = op.inode(ino).raw.flags() & !iflags::USER_MODIFIABLE;
         let wanted = f & iflags::USER_MODIFIABLE;
-        check_flags_fit(ino, st.inodes[&ino].mode(), wanted)?;
-        crate::journal_mode::prepare_flags_change(fs, st, ino, keep | wanted)?;
+        check_flags_fit(ino, op.inode(ino).mode(), wanted)?;
+        crate::journal_mode::prepare_flags_change(op, ino, keep | wanted)?;
     }
     if let Some(size) = attr.size {
-        if st.inodes[&ino].size != size {
-            file::set_size(fs, st, ino, size)?;
+        if op.inode(ino).size != size {
+            file::set_size(op, ino, size)?;
         }
     }
     // Dropping `security.capability` may rewrite and free an xattr block.
@@ -727,10 +795,10 @@ fn set_attributes(fs: &FsInner, st: &mut FsState, ino: Ino, attr: &SetAttr) -> F
     } else {
         4
     };
-    let mut tx = Tx::begin(fs, st, credits)?;
+    let mut tx = Tx::begin(op, credits)?;
     let r = apply_attrs(&mut tx, ino, attr);
     tx.end(r)?;
-    stat(fs, ino, &st.inodes[&ino])
+    stat(op.fs, ino, op.inode(ino))
 }
 
 /// What a sync of one file waits for.

@@ -45,12 +45,13 @@ pub fn dump(device: Arc<dyn BlockDevice>, what: &DebugWhat) -> FsResult<String> 
     if let DebugWhat::Dir(path) = what {
         return directory(&fs, path);
     }
-    fs.with_state(|inner, st| {
+    fs.with_exclusive(|op| {
+        let inner = op.fs;
         let mut out = String::new();
         match what {
-            DebugWhat::Superblock => superblock(&st.sb, &mut out),
+            DebugWhat::Superblock => superblock(&inner.sb.lock(), &mut out),
             DebugWhat::Groups => groups(inner, &mut out)?,
-            DebugWhat::Inode(ino) => inode(inner, st, *ino, &mut out)?,
+            DebugWhat::Inode(ino) => inode(inner, *ino, &mut out)?,
             DebugWhat::Dir(_) | DebugWhat::Journal => unreachable!("handled above"),
         }
         Ok(out)
@@ -162,13 +163,8 @@ fn groups(fs: &crate::state::FsInner, out: &mut String) -> FsResult<()> {
     Ok(())
 }
 
-fn inode(
-    fs: &crate::state::FsInner,
-    st: &crate::state::FsState,
-    ino: u32,
-    out: &mut String,
-) -> FsResult<()> {
-    let raw = read_record(fs, st, ino)?;
+fn inode(fs: &crate::state::FsInner, ino: u32, out: &mut String) -> FsResult<()> {
+    let raw = read_record(fs, ino)?;
     let kind = FileKind::from_mode(u32::from(raw.mode()));
     let _ = writeln!(out, "inode {ino}: {:?}, mode {:o}", kind, raw.mode());
     let _ = writeln!(
@@ -224,9 +220,9 @@ fn inode(
 fn directory(fs: &Fs, path: &str) -> FsResult<String> {
     let ino = fs.resolve(path)?;
     let mut out = String::new();
-    let indexed = fs.with_state(|inner, st| -> FsResult<bool> {
-        crate::inodes::load(inner, st, ino)?;
-        Ok(dir::is_indexed(inner, &st.inodes[&ino].raw))
+    let indexed = fs.with_exclusive(|op| -> FsResult<bool> {
+        op.lock(ino, crate::op::Reach::First)?;
+        Ok(dir::is_indexed(op.fs, &op.inode(ino).raw))
     })??;
     let _ = writeln!(
         out,
@@ -299,6 +295,21 @@ fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
                 b.tag.fs_block,
                 b.journal_block,
                 if b.tag.escaped { " (escaped)" } else { "" }
+            );
+        }
+        for r in &t.records {
+            let kind = match r.record.kind {
+                jext_journal::format::records::RecordKind::Delta => "delta",
+                jext_journal::format::records::RecordKind::Zeroed => "zeroed",
+            };
+            let _ = writeln!(
+                out,
+                "  fs block {:>10} as a {kind} byte record at journal block {}: {} range(s), \
+                 {} bytes",
+                r.record.fs_block,
+                r.journal_block,
+                r.record.ranges.len(),
+                r.record.payload_len()
             );
         }
         if !t.revokes.is_empty() {

@@ -25,7 +25,7 @@ use crate::format::xattr;
 use crate::format::Location;
 use crate::groups::read_desc;
 use crate::inodes::read_record;
-use crate::state::{FsInner, FsState};
+use crate::state::FsInner;
 use crate::types::{FileKind, ROOT_INO};
 use crate::{Fs, MountOptions};
 use jext_device::{BlockDevice, OverlayDevice};
@@ -92,7 +92,7 @@ pub fn fsck(device: Arc<dyn BlockDevice>) -> FsResult<FsckReport> {
             mount.recovery.transactions
         ));
     }
-    fs.with_state(|inner, st| Checker::new(inner, st, &mut report).run())??;
+    fs.with_exclusive(|op| Checker::new(op.fs, &mut report).run())??;
     Ok(report)
 }
 
@@ -104,7 +104,6 @@ struct InodeFacts {
 
 struct Checker<'a> {
     fs: &'a FsInner,
-    st: &'a mut FsState,
     report: &'a mut FsckReport,
     /// Blocks in use, one bit each.
     claimed: Vec<u64>,
@@ -120,11 +119,10 @@ struct Checker<'a> {
 }
 
 impl<'a> Checker<'a> {
-    fn new(fs: &'a FsInner, st: &'a mut FsState, report: &'a mut FsckReport) -> Checker<'a> {
+    fn new(fs: &'a FsInner, report: &'a mut FsckReport) -> Checker<'a> {
         let blocks = fs.geo.blocks_count;
         Checker {
             fs,
-            st,
             report,
             claimed: vec![0; blocks.div_ceil(64) as usize],
             inodes: HashMap::new(),
@@ -146,10 +144,10 @@ impl<'a> Checker<'a> {
     fn run(mut self) -> FsResult<()> {
         self.report.blocks_total = self.fs.geo.blocks_count;
         self.report.inodes_total = u64::from(self.fs.geo.inodes_count);
-        if !self.st.orphans.is_empty() {
+        let orphans = self.fs.orphans.lock().len();
+        if orphans > 0 {
             self.report.notes.push(format!(
-                "{} orphan inodes wait to be finished at the next read-write mount",
-                self.st.orphans.len()
+                "{orphans} orphan inodes wait to be finished at the next read-write mount"
             ));
         }
         self.read_descriptors();
@@ -453,7 +451,7 @@ impl<'a> Checker<'a> {
         let kind = FileKind::from_mode(u32::from(raw.mode()));
         let first_ino = self.fs.geo.first_ino;
         let special = ino < first_ino && ino != ROOT_INO;
-        let orphan = self.st.orphans.contains(&ino);
+        let orphan = self.fs.orphans.lock().contains(&ino);
         if !special {
             if kind.is_none() {
                 self.problem(format!(
@@ -645,7 +643,7 @@ impl<'a> Checker<'a> {
         dirs.sort_unstable();
         let mut names = Vec::new();
         for d in dirs {
-            let raw = match read_record(self.fs, self.st, d) {
+            let raw = match read_record(self.fs, d) {
                 Ok(raw) => raw,
                 Err(_) => continue,
             };
@@ -731,7 +729,7 @@ impl<'a> Checker<'a> {
             } else {
                 match parents.get(&d).map(Vec::as_slice) {
                     None | Some([]) => {
-                        if !self.st.orphans.contains(&d) {
+                        if !self.fs.orphans.lock().contains(&d) {
                             self.problem(format!("directory {d}: not reachable from the root"));
                         }
                         continue;
@@ -777,7 +775,7 @@ impl<'a> Checker<'a> {
             .filter(|(i, f)| {
                 f.kind == Some(FileKind::Directory)
                     && !reachable.contains(i)
-                    && !self.st.orphans.contains(i)
+                    && !self.fs.orphans.lock().contains(i)
             })
             .map(|(i, _)| *i)
             .collect();
@@ -808,7 +806,11 @@ impl<'a> Checker<'a> {
                 *subdirs.entry(*d).or_default() += 1;
             }
         }
-        let dir_nlink = self.st.sb.has_ro_compat(features::RO_COMPAT_DIR_NLINK);
+        let dir_nlink = self
+            .fs
+            .sb
+            .lock()
+            .has_ro_compat(features::RO_COMPAT_DIR_NLINK);
         let first_ino = self.fs.geo.first_ino;
         let checks: Vec<(u32, Option<FileKind>, u16)> = self
             .inodes
@@ -830,7 +832,7 @@ impl<'a> Checker<'a> {
                 dir_nlink && kind == Some(FileKind::Directory) && links == 1 && expected >= 65_000;
             if u32::from(links) != expected
                 && !many_ok
-                && !(links == 0 && self.st.orphans.contains(&ino))
+                && !(links == 0 && self.fs.orphans.lock().contains(&ino))
             {
                 if expected == 0 || (kind != Some(FileKind::Directory) && !refs.contains_key(&ino))
                 {

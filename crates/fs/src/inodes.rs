@@ -2,25 +2,22 @@
 //! what `stat` shows of them.
 //!
 //! A record is checked (checksum, extra size) every time it is read from its table block;
-//! the cache then holds the decoded copy, which [`crate::tx::Tx::write_inode`] journals.
+//! the inode cache (`crate::inode_table`) then holds the decoded copy, which
+//! [`crate::tx::Tx::write_inode`] journals.
 
 use crate::error::{FsError, FsResult};
 use crate::extent_tree;
 use crate::format::inode::{flags, Inode, InodeTime, GOOD_OLD_INODE_SIZE};
 use crate::groups::read_desc;
-use crate::state::{FsInner, FsState, InodeInfo};
+use crate::state::{FsInner, InodeInfo};
 use crate::types::{FileKind, Stat, Timestamp};
-use jext_journal::{tid_gt, Tid};
 use std::sync::atomic::Ordering;
 
 /// Extra inode bytes jext gives new inodes (ext4's `s_want_extra_isize` default).
 const WANT_EXTRA_ISIZE: u16 = 32;
 
-/// Inodes kept in memory before unused ones are dropped.
-const INODE_CACHE_LIMIT: usize = 65_536;
-
 /// The table block holding inode `ino` and the record's byte offset in it.
-pub(crate) fn table_location(fs: &FsInner, _st: &FsState, ino: u32) -> FsResult<(u64, usize)> {
+pub(crate) fn table_location(fs: &FsInner, ino: u32) -> FsResult<(u64, usize)> {
     if ino == 0 || ino > fs.geo.inodes_count {
         return Err(FsError::Inconsistent(format!(
             "inode number {ino} is out of range (1..={})",
@@ -35,59 +32,13 @@ pub(crate) fn table_location(fs: &FsInner, _st: &FsState, ino: u32) -> FsResult<
 }
 
 /// Reads and checks the record of `ino` from disk (through the buffer cache).
-pub(crate) fn read_record(fs: &FsInner, st: &FsState, ino: u32) -> FsResult<Inode> {
-    let (block, offset) = table_location(fs, st, ino)?;
+pub(crate) fn read_record(fs: &FsInner, ino: u32) -> FsResult<Inode> {
+    let (block, offset) = table_location(fs, ino)?;
     let size = fs.geo.inode_size as usize;
+    crate::lock_order::may_do_io("an inode record read");
     let buf = fs.cache.get(block)?;
     let inode = buf.read(|b| Inode::decode(&b[offset..offset + size], ino, fs.csum_seed))?;
     Ok(inode)
-}
-
-/// Makes sure `ino` is in the inode cache.
-pub(crate) fn load(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
-    if st.inodes.contains_key(&ino) {
-        return Ok(());
-    }
-    let raw = read_record(fs, st, ino)?;
-    if raw.links_count() == 0 && raw.mode() == 0 {
-        return Err(FsError::Inconsistent(format!("inode {ino} is not in use")));
-    }
-    make_room(fs, st);
-    st.insert_inode(ino, raw);
-    Ok(())
-}
-
-/// Before an inode joins the cache: once it holds [`INODE_CACHE_LIMIT`] inodes, drops
-/// those nobody uses and nothing waits for. When too few can go (files created in a
-/// transaction not yet durable stay), the next try waits until the cache grew by an
-/// eighth, so a million creates do not scan the cache on every one.
-pub(crate) fn make_room(fs: &FsInner, st: &mut FsState) {
-    let limit = INODE_CACHE_LIMIT.max(st.inode_evict_at);
-    if st.inodes.len() < limit {
-        return;
-    }
-    evict_unused(st, fs.journal.committed_tid());
-    st.inode_evict_at = match st.inodes.len() >= INODE_CACHE_LIMIT {
-        true => st.inodes.len() + INODE_CACHE_LIMIT / 8,
-        false => 0,
-    };
-}
-
-/// Drops cached inodes nobody uses and nothing waits to write (or to fast-commit). One
-/// changed in a transaction that is not durable stays: its sync tids are what fsync
-/// waits for, and a record loaded again would not know them.
-fn evict_unused(st: &mut FsState, durable: Tid) {
-    let pages = &st.pages;
-    let pending = |tid: Option<Tid>| tid.is_some_and(|t| tid_gt(t, durable));
-    st.inodes.retain(|ino, info| {
-        info.open_count > 0
-            || info.dirty
-            || info.fc.is_live(durable)
-            || pending(info.sync_tid)
-            || pending(info.datasync_tid)
-            || !info.reserved_pages.is_empty()
-            || pages.has_dirty(*ino)
-    });
 }
 
 /// A new record: the given type and permissions, owner, times set to `now`, one link

@@ -28,8 +28,9 @@
 use crate::blockmap;
 use crate::error::FsResult;
 use crate::format::inode::{flags, Inode};
+use crate::op::Op;
 use crate::options::{DataMode, MountOptions};
-use crate::state::{FsInner, FsState};
+use crate::state::FsInner;
 
 /// What carries a file's data ([`crate::File::set_journal_mode`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,27 +57,26 @@ impl FsInner {
 }
 
 /// Before `ino`'s flags become `new_flags`: if that changes whether the file journals its
-/// data, reaches the safe point of the switch (see the module comment). Runs with the file
-/// system lock held and may wait for a commit and a checkpoint under it, as ext4 waits
-/// with every handle locked out; mode switches are rare.
-pub(crate) fn prepare_flags_change(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    new_flags: u32,
-) -> FsResult<()> {
-    crate::inodes::load(fs, st, ino)?;
-    let raw = st.inodes[&ino].raw.clone();
+/// data, reaches the safe point of the switch (see the module comment). `op` holds the
+/// file system alone (exclusive) and may wait for a commit and a checkpoint, as ext4
+/// waits with every handle locked out; mode switches are rare.
+pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsResult<()> {
+    let fs = op.fs;
+    let raw = op.inode(ino).raw.clone();
     let mut after = raw.clone();
     after.set_flags(new_flags);
     let (before_on, after_on) = (fs.journals_data(&raw), fs.journals_data(&after));
     if before_on == after_on || fs.is_read_only() {
         return Ok(());
     }
-    // Reads that went to the device without the lock must not keep what they read.
-    st.note_data_change(ino);
+    assert!(
+        op.is_exclusive(),
+        "a journal-mode switch runs with every other operation held off"
+    );
+    // Reads that went to the device with the inode released must not keep what they read.
+    op.note_data_change(ino);
     // Every dirty page goes out in the mode it was written in.
-    crate::file::writeback(fs, st, ino, false)?;
+    crate::file::writeback(op, ino, false)?;
     if before_on {
         fs.journal.checkpoint()?;
         forget_cached_blocks(fs, ino, &raw)?;

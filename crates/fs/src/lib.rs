@@ -5,6 +5,8 @@
 //! - `extent_tree`, `blockmap`, `dir`, `xattr_ops`: behaviour of the structures, written
 //!   through `meta::MetaIo` so they are journaled without knowing it.
 //! - `namei`, `file`, `truncate`, `orphan`: the operations.
+//! - `lock_order`, `inode_table`, `op`: the locks that let operations on different files
+//!   run at once, the order they are taken in, and what one operation holds.
 //! - `tx`, `state`, `mount`, `api`: transactions, shared state, mounting, and the public
 //!   [`Fs`] API.
 
@@ -23,12 +25,15 @@ pub mod fsck;
 pub mod geometry;
 mod groups;
 mod inode_guard;
+mod inode_table;
 mod inodes;
 mod journal_mode;
+mod lock_order;
 pub mod meta;
 pub mod mkfs;
 mod mount;
 mod namei;
+mod op;
 pub mod options;
 mod orphan;
 mod privileges;

@@ -6,7 +6,7 @@
 //! back everything, commit, checkpoint, empty the journal, and write a superblock that
 //! says clean, with exact free counts.
 
-use crate::alloc::AllocState;
+use crate::alloc::{Allocator, Totals};
 use crate::error::{FsError, FsResult};
 use crate::extent_tree;
 use crate::format::extent::Extent;
@@ -18,17 +18,19 @@ use crate::format::superblock::{
 };
 use crate::format::Location;
 use crate::geometry::Geometry;
+use crate::inode_table::InodeTable;
+use crate::lock_order::{Leaf, Rank};
 use crate::meta::MetaRead;
+use crate::op::{Op, Reach};
 use crate::options::{IJournal, MountOptions};
-use crate::state::{FsInner, FsState};
+use crate::state::FsInner;
 use jext_cache::{BufferCache, PageCache};
 use jext_io::{IoFlags, IoQueue};
 use jext_journal::{
     recover, AreaRun, Journal, JournalArea, JournalConfig, LogFeatures, RecoveryReport,
 };
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// The journal inode's number when the superblock does not say otherwise.
@@ -257,6 +259,7 @@ pub(crate) fn mount(
         },
         read_only: starts_read_only,
         commit_mode: options.journal_commit,
+        record_mode: options.journal_records,
         fast_commits_pending,
         fast_commit_rings: match options.ijournal {
             IJournal::Single => 0,
@@ -281,6 +284,7 @@ pub(crate) fn mount(
         options.cache_size_bytes - options.cache_size_bytes / 4,
     );
     let generation = now_seconds();
+    let group_count = geo.group_count;
     let inner = Arc::new(FsInner {
         csum_seed: sb.has_metadata_csum().then(|| sb.csum_seed()),
         group_csum: sb.group_csum(),
@@ -296,38 +300,31 @@ pub(crate) fn mount(
         cache,
         journal,
         options,
-        state: Mutex::new(FsState {
-            sb,
-            alloc: AllocState::empty(),
-            inodes: HashMap::new(),
-            pages,
-            orphans: Vec::new(),
-            error: None,
-            next_generation: generation,
-            next_data_seq: 0,
-            fc: Default::default(),
-            inode_evict_at: 0,
-        }),
-        fc_stats: Default::default(),
+        gate: RwLock::new(()),
+        rename_lock: Mutex::new(()),
+        inodes: InodeTable::new(),
+        alloc: Allocator::new(Totals::default(), group_count),
+        sb: Leaf::new(Rank::Superblock, sb),
+        orphans: Leaf::new(Rank::Orphans, Vec::new()),
+        fc: Leaf::new(Rank::FastCommits, Default::default()),
+        pages: Leaf::new(Rank::Pages, pages),
+        error: Leaf::new(Rank::Error, None),
+        next_generation: AtomicU32::new(generation),
+        fc_stats: Leaf::new(Rank::Stats, Default::default()),
     });
+    *inner.alloc.totals.lock() = Totals::load(&inner)?;
     let mut fast_commit_replay = None;
-    let orphans_finished = {
-        let mut st = inner.state.lock();
-        st.alloc = AllocState::load(&inner)?;
-        if fast_commits_pending {
-            fast_commit_replay = Some(apply_fast_commits(&inner, &mut st, &recovery)?);
-        }
-        if inner.options.read_only && !inner.is_read_only() {
-            drop(st);
-            remount(&inner, true)?;
-            st = inner.state.lock();
-        }
-        st.orphans = read_orphan_list(&inner, &mut st)?;
-        if inner.is_read_only() {
-            0
-        } else {
-            finish_orphans(&inner, &mut st)?
-        }
+    if fast_commits_pending {
+        let mut op = Op::exclusive(&inner);
+        fast_commit_replay = Some(apply_fast_commits(&mut op, &recovery)?);
+    }
+    if inner.options.read_only && !inner.is_read_only() {
+        remount(&inner, true)?;
+    }
+    *inner.orphans.lock() = read_orphan_list(&inner)?;
+    let orphans_finished = match inner.is_read_only() {
+        true => 0,
+        false => finish_orphans(&mut Op::exclusive(&inner))?,
     };
     Ok((
         inner,
@@ -343,11 +340,11 @@ pub(crate) fn mount(
 /// be durable: until then the journal's superblock keeps them valid, so a crash here
 /// replays them again from the same state.
 fn apply_fast_commits(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     recovery: &RecoveryReport,
 ) -> FsResult<crate::fast_commit::replay::ReplayReport> {
-    let report = crate::fast_commit::replay::apply(fs, st, &recovery.fast_commits.records)?;
+    let fs = op.fs;
+    let report = crate::fast_commit::replay::apply(op, &recovery.fast_commits.records)?;
     let tid = fs.journal.commit_all()?;
     fs.journal.commit_and_wait(tid)?;
     Ok(report)
@@ -360,9 +357,9 @@ fn now_seconds() -> u32 {
 }
 
 /// The on-disk orphan list, head first.
-fn read_orphan_list(fs: &FsInner, st: &mut FsState) -> FsResult<Vec<u32>> {
+fn read_orphan_list(fs: &FsInner) -> FsResult<Vec<u32>> {
     let mut list = Vec::new();
-    let mut next = st.sb.last_orphan();
+    let mut next = fs.sb.lock().last_orphan();
     while next != 0 {
         if list.contains(&next) || list.len() as u32 > fs.geo.inodes_count {
             return Err(FsError::Inconsistent(format!(
@@ -375,29 +372,34 @@ fn read_orphan_list(fs: &FsInner, st: &mut FsState) -> FsResult<Vec<u32>> {
             )));
         }
         list.push(next);
-        let raw = crate::inodes::read_record(fs, st, next)?;
+        let raw = crate::inodes::read_record(fs, next)?;
         next = raw.dtime();
     }
     Ok(list)
 }
 
-/// Deletes orphans without links and truncates the others to their size.
-fn finish_orphans(fs: &FsInner, st: &mut FsState) -> FsResult<usize> {
-    let orphans = st.orphans.clone();
+/// Deletes orphans without links and truncates the others to their size (the mount's
+/// own operation, with the file system to itself).
+fn finish_orphans(op: &mut Op) -> FsResult<usize> {
+    let fs = op.fs;
+    let orphans = fs.orphans.lock().clone();
     for &ino in &orphans {
-        crate::inodes::load(fs, st, ino)?;
-        if st.inodes[&ino].raw.links_count() == 0 {
-            crate::truncate::delete_inode(fs, st, ino)?;
+        op.lock(ino, Reach::First)?;
+        if op.inode(ino).raw.links_count() == 0 {
+            crate::truncate::delete_inode(op, ino)?;
         } else {
-            let size = st.inodes[&ino].raw.size();
-            crate::truncate::shrink(fs, st, ino, size)?;
-            let mut tx = crate::tx::Tx::begin(fs, st, 8)?;
+            let size = op.inode(ino).raw.size();
+            crate::truncate::shrink(op, ino, size)?;
+            let mut tx = crate::tx::Tx::begin(op, 8)?;
             let r = crate::orphan::remove(&mut tx, ino).and_then(|_| tx.write_inode(ino));
             tx.end(r)?;
         }
+        op.unlock(ino);
     }
     if !orphans.is_empty() {
-        st.sb.set_state(st.sb.state() & !STATE_ORPHANS);
+        let mut sb = fs.sb.lock();
+        let state = sb.state();
+        sb.set_state(state & !STATE_ORPHANS);
     }
     Ok(orphans.len())
 }
@@ -408,7 +410,7 @@ pub(crate) fn unmount(fs: &FsInner) -> FsResult<()> {
     if fs.is_read_only() {
         fs.journal.shutdown()?;
     } else {
-        let error = write_back_everything(fs, &mut fs.state.lock())?;
+        let error = write_back_everything(&mut Op::exclusive(fs))?;
         fs.journal.shutdown()?;
         if let Some(why) = error {
             return Err(FsError::ReadOnly(format!(
@@ -429,14 +431,14 @@ pub(crate) fn remount(fs: &FsInner, read_only: bool) -> FsResult<()> {
     }
     if read_only {
         {
-            let mut st = fs.state.lock();
-            if let Some(why) = write_back_everything(fs, &mut st)? {
+            let mut op = Op::exclusive(fs);
+            if let Some(why) = write_back_everything(&mut op)? {
                 return Err(FsError::ReadOnly(format!(
                     "an earlier error stopped writes ({why}); unmount to keep what committed"
                 )));
             }
-            // Still under the lock that every change takes: nothing written after the
-            // write-back can slip in before changes are refused.
+            // Still with every operation held off: nothing written after the write-back
+            // can slip in before changes are refused.
             fs.read_only.store(true, Ordering::Release);
         }
         fs.journal.empty_log()?;
@@ -448,45 +450,61 @@ pub(crate) fn remount(fs: &FsInner, read_only: bool) -> FsResult<()> {
             fs.io.device().describe()
         )));
     }
-    let mut st = fs.state.lock();
-    check_features(&st.sb, false)?;
-    let sb = &mut st.sb;
-    sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
-    sb.set_state(sb.state() & !STATE_CLEAN);
-    sb.set_mtime(now_seconds());
-    write_superblock(&fs.io, sb)?;
+    let _alone = Op::exclusive(fs);
+    let dirty = {
+        let mut guard = fs.sb.lock();
+        let sb = &mut *guard;
+        check_features(sb, false)?;
+        sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
+        sb.set_state(sb.state() & !STATE_CLEAN);
+        sb.set_mtime(now_seconds());
+        sb.clone()
+    };
+    write_superblock(&fs.io, &dirty)?;
     fs.read_only.store(false, Ordering::Release);
     Ok(())
 }
 
-/// Writes back every dirty page and inode into the journal; returns the error that
-/// stopped writes earlier, if one did (then nothing was written back).
-fn write_back_everything(fs: &FsInner, st: &mut FsState) -> FsResult<Option<String>> {
-    if let Some(why) = &st.error {
-        return Ok(Some(why.clone()));
+/// Writes back every dirty page and inode into the journal (with the file system to
+/// itself: `op` is exclusive); returns the error that stopped writes earlier, if one did
+/// (then nothing was written back).
+fn write_back_everything(op: &mut Op) -> FsResult<Option<String>> {
+    let fs = op.fs;
+    if let Some(why) = fs.error() {
+        return Ok(Some(why));
     }
-    let dirty = st.dirty_inodes();
-    let with_pages: Vec<u32> = st
+    let dirty = fs.inodes.dirty_inodes();
+    let with_pages: Vec<u32> = fs
         .pages
+        .lock()
         .dirty_files()
         .into_iter()
         .map(|(ino, _)| ino)
         .collect();
     for ino in with_pages.into_iter().chain(dirty) {
-        crate::file::writeback(fs, st, ino, true)?;
+        if op.lock_if_cached(ino, Reach::First) {
+            crate::file::writeback(op, ino, true)?;
+            op.unlock(ino);
+        }
     }
     Ok(None)
 }
 
 /// Writes the superblock that says clean, with exact free counts (the journal is empty).
 fn mark_clean(fs: &FsInner) -> FsResult<()> {
-    let mut st = fs.state.lock();
-    let (free_blocks, free_inodes) = (st.alloc.free_blocks, st.alloc.free_inodes);
-    let sb = &mut st.sb;
-    sb.set_free_blocks_count(free_blocks);
-    sb.set_free_inodes_count(free_inodes as u32);
-    sb.set_feature_incompat(sb.feature_incompat() & !features::INCOMPAT_RECOVER);
-    sb.set_state(sb.state() | STATE_CLEAN);
-    sb.set_wtime(now_seconds());
-    write_superblock(&fs.io, sb)
+    let (free_blocks, free_inodes) = {
+        let totals = fs.alloc.totals.lock();
+        (totals.free_blocks, totals.free_inodes)
+    };
+    let clean = {
+        let mut guard = fs.sb.lock();
+        let sb = &mut *guard;
+        sb.set_free_blocks_count(free_blocks);
+        sb.set_free_inodes_count(free_inodes as u32);
+        sb.set_feature_incompat(sb.feature_incompat() & !features::INCOMPAT_RECOVER);
+        sb.set_state(sb.state() | STATE_CLEAN);
+        sb.set_wtime(now_seconds());
+        sb.clone()
+    };
+    write_superblock(&fs.io, &clean)
 }

@@ -14,11 +14,13 @@ use crate::format::acl::Acl;
 use crate::format::inode::{flags, Inode};
 use crate::inode_guard;
 use crate::inodes::{new_record, set_device_number, stamp};
-use crate::state::{FsInner, FsState};
+use crate::op::{Op, Reach};
+use crate::state::FsInner;
 use crate::truncate::delete_inode;
 use crate::tx::Tx;
 use crate::types::{FileKind, RenameFlags, Timestamp, ROOT_INO};
 use crate::{alloc, blockmap, orphan};
+use std::sync::atomic::Ordering;
 
 /// ext4's largest link count (`EXT4_LINK_MAX`).
 pub(crate) const LINK_MAX: u16 = 65000;
@@ -50,19 +52,19 @@ fn name_str(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
 }
 
-/// Loads `ino` and checks it is a directory.
-fn load_dir(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Inode> {
-    crate::inodes::load(fs, st, ino)?;
-    let info = &st.inodes[&ino];
+/// The record of `ino` (held by `op`), which must be a directory.
+fn load_dir(op: &Op, ino: u32) -> FsResult<Inode> {
+    let info = op.inode(ino);
     if !info.is_dir() {
         return Err(FsError::NotDir(format!("inode {ino}")));
     }
     Ok(info.raw.clone())
 }
 
-/// The inode `name` names in directory `parent`.
-pub(crate) fn lookup(fs: &FsInner, st: &mut FsState, parent: u32, name: &[u8]) -> FsResult<u32> {
-    let raw = load_dir(fs, st, parent)?;
+/// The inode `name` names in directory `parent` (which `op` holds).
+pub(crate) fn lookup(op: &mut Op, parent: u32, name: &[u8]) -> FsResult<u32> {
+    let fs = op.fs;
+    let raw = load_dir(op, parent)?;
     // As ext4_lookup: a name no entry can hold is too long, not missing.
     if name.len() > crate::format::dirent::MAX_NAME_LEN {
         return Err(FsError::NameTooLong(name_str(name)));
@@ -88,24 +90,20 @@ fn dotdot(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<u32> {
 
 /// Fails with ENOSPC unless `blocks` blocks (and an inode, with `inode`) can be
 /// allocated now; commits first when frees waiting for a commit would make the room.
-pub(crate) fn ensure_space(
-    fs: &FsInner,
-    st: &mut FsState,
-    blocks: u64,
-    inode: bool,
-) -> FsResult<()> {
-    if inode && st.alloc.free_inodes == 0 {
+pub(crate) fn ensure_space(fs: &FsInner, blocks: u64, inode: bool) -> FsResult<()> {
+    let pending = fs.alloc.pending_blocks(fs.journal.committed_tid());
+    let totals = fs.alloc.totals.lock();
+    if inode && totals.free_inodes == 0 {
         return Err(FsError::NoSpace("no free inode left".into()));
     }
-    let pending = st.alloc.pending_blocks(fs.journal.committed_tid());
-    if st.alloc.free_blocks.saturating_sub(pending) >= blocks {
+    if totals.free_blocks.saturating_sub(pending) >= blocks {
         return Ok(());
     }
     // Blocks freed by transactions not yet committed may be the room: the caller commits
-    // with the lock released and tries again (`Fs::with_room`), never here under it.
+    // with nothing locked and tries again (`Fs::with_room`), never here.
     Err(FsError::NoSpace(format!(
         "{blocks} blocks needed, {} free",
-        st.alloc.free_blocks
+        totals.free_blocks
     )))
 }
 
@@ -121,16 +119,13 @@ fn touch_dir(tx: &mut Tx, ino: u32, t: Timestamp) -> FsResult<()> {
     Ok(())
 }
 
-/// Creates `name` in `parent`; returns the new inode number.
-pub(crate) fn create(
-    fs: &FsInner,
-    st: &mut FsState,
-    parent: u32,
-    name: &[u8],
-    node: NewNode,
-) -> FsResult<u32> {
+/// Creates `name` in `parent`; returns the new inode number, which `op` then holds with
+/// the parent.
+pub(crate) fn create(op: &mut Op, parent: u32, name: &[u8], node: NewNode) -> FsResult<u32> {
+    let fs = op.fs;
     dir::check_name(name)?;
-    let parent_raw = load_dir(fs, st, parent)?;
+    op.lock(parent, Reach::First)?;
+    let parent_raw = load_dir(op, parent)?;
     inode_guard::check_dir_add(parent, parent_raw.flags())?;
     if dir::lookup(fs, parent, &parent_raw, name)?.is_some() {
         return Err(FsError::Exists(name_str(name)));
@@ -146,10 +141,10 @@ pub(crate) fn create(
             )));
         }
     }
-    if is_dir && parent_raw.links_count() >= LINK_MAX && !dir_nlink(fs, st) {
+    if is_dir && parent_raw.links_count() >= LINK_MAX && !dir_nlink(fs) {
         return Err(FsError::TooManyLinks(format!("directory {parent}")));
     }
-    ensure_space(fs, st, 16, true)?;
+    ensure_space(fs, 16, true)?;
     let (mut mode, acls) = if fs.options.acl {
         let inherited = acl::inherit(fs, parent, &parent_raw, node.mode, node.umask)?;
         let acls = NewAcls {
@@ -171,7 +166,7 @@ pub(crate) fn create(
             mode |= S_ISGID;
         }
     }
-    let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
+    let mut tx = Tx::begin(op, NAMESPACE_CREDITS)?;
     let r = create_in(
         &mut tx,
         parent,
@@ -183,9 +178,9 @@ pub(crate) fn create(
     tx.end(r)
 }
 
-fn dir_nlink(fs: &FsInner, st: &FsState) -> bool {
-    let _ = fs;
-    st.sb
+fn dir_nlink(fs: &FsInner) -> bool {
+    fs.sb
+        .lock()
         .has_ro_compat(crate::format::superblock::features::RO_COMPAT_DIR_NLINK)
 }
 
@@ -199,8 +194,7 @@ fn create_in(
 ) -> FsResult<u32> {
     let is_dir = kind == FileKind::Directory;
     let ino = alloc::alloc_inode(tx, parent, is_dir)?;
-    let generation = tx.st.next_generation;
-    tx.st.next_generation = generation.wrapping_add(1);
+    let generation = tx.fs.next_generation.fetch_add(1, Ordering::Relaxed);
     let t = now();
     let parent_flags = tx.inode(parent)?.raw.flags();
     let raw = new_record(
@@ -212,12 +206,11 @@ fn create_in(
         t,
         parent_flags,
     );
-    crate::inodes::make_room(tx.fs, tx.st);
-    tx.st.insert_inode(ino, raw);
+    tx.op.lock_new(ino, raw);
     match kind {
         FileKind::Directory => {
             dir::init(tx, ino, parent)?;
-            let dir_nlink = dir_nlink(tx.fs, tx.st);
+            let dir_nlink = dir_nlink(tx.fs);
             let info = tx.inode(parent)?;
             let links = info.raw.links_count();
             // With dir_nlink, a count that would pass the limit becomes 1 ("many").
@@ -248,14 +241,14 @@ fn create_in(
     // Every new name is remembered until durable: a fast commit creates the regular
     // files among them, and a directory's fsync must know of the others to commit in
     // full (an inherited ACL already closed the window for fast commits).
-    let tid = tx.tid();
-    tx.inode(ino)?.fc.new_name = Some(NewName {
+    let new_name = NewName {
         parent,
         name: name.to_vec(),
-        tid,
-    });
+        tid: tx.tid(),
+        regular: kind == FileKind::Regular,
+    };
     let durable = tx.fs.journal.committed_tid();
-    tx.st.fc.note_created(tid, parent, ino, durable);
+    tx.fs.fc.lock().note_created(new_name, ino, durable);
     Ok(ino)
 }
 
@@ -301,10 +294,10 @@ fn write_symlink(tx: &mut Tx, ino: u32, target: &[u8]) -> FsResult<()> {
     Ok(())
 }
 
-/// The target of symlink `ino`.
-pub(crate) fn readlink(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Vec<u8>> {
-    crate::inodes::load(fs, st, ino)?;
-    let info = &st.inodes[&ino];
+/// The target of symlink `ino` (held by `op`).
+pub(crate) fn readlink(op: &mut Op, ino: u32) -> FsResult<Vec<u8>> {
+    let fs = op.fs;
+    let info = &op.inode(ino);
     if !info.is_symlink() {
         return Err(FsError::Invalid(format!("inode {ino} is not a symlink")));
     }
@@ -328,24 +321,20 @@ pub(crate) fn readlink(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Vec
     Ok(fs.cache.get(extent.start)?.bytes()[..len].to_vec())
 }
 
-/// Adds `name` in `parent` for existing inode `ino`.
-pub(crate) fn link(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    parent: u32,
-    name: &[u8],
-) -> FsResult<()> {
+/// Adds `name` in `parent` for existing inode `ino`; `op` then holds both.
+pub(crate) fn link(op: &mut Op, ino: u32, parent: u32, name: &[u8]) -> FsResult<()> {
+    let fs = op.fs;
     dir::check_name(name)?;
-    let parent_raw = load_dir(fs, st, parent)?;
+    op.lock(parent, Reach::First)?;
+    let parent_raw = load_dir(op, parent)?;
     inode_guard::check_dir_add(parent, parent_raw.flags())?;
-    crate::inodes::load(fs, st, ino)?;
-    let info = &st.inodes[&ino];
-    if info.is_dir() {
+    if ino == parent || kind_of(fs, ino)? == Some(FileKind::Directory) {
         return Err(FsError::NotPermitted(format!(
             "hard link to directory {ino}"
         )));
     }
+    op.lock(ino, Reach::Ascending)?;
+    let info = op.inode(ino);
     inode_guard::check_unlink_or_link(ino, info.raw.flags())?;
     if info.raw.links_count() >= LINK_MAX {
         return Err(FsError::TooManyLinks(format!("inode {ino}")));
@@ -354,8 +343,8 @@ pub(crate) fn link(
         return Err(FsError::Exists(name_str(name)));
     }
     let kind = FileKind::from_mode(info.mode());
-    ensure_space(fs, st, 8, false)?;
-    let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
+    ensure_space(fs, 8, false)?;
+    let mut tx = Tx::begin(op, NAMESPACE_CREDITS)?;
     tx.fc_ineligible(Ineligible::Link);
     let r = (|| {
         let file_type = match (tx.fs.filetype, kind) {
@@ -377,30 +366,35 @@ pub(crate) fn link(
     tx.end(r)
 }
 
+/// The file type of inode `ino`, looked at with its lock taken and released at once:
+/// an inode's type never changes while any name leads to it, and which of two inodes is
+/// a directory decides the order they are locked in.
+pub(crate) fn kind_of(fs: &FsInner, ino: u32) -> FsResult<Option<FileKind>> {
+    let slot = fs.inodes.load(fs, ino)?;
+    let mode = slot.lock().mode();
+    Ok(FileKind::from_mode(mode))
+}
+
 /// Removes `name` from `parent` (`rmdir`: it must be an empty directory; otherwise it
 /// must not be a directory). An inode left without links is deleted now, or when its
 /// last opener closes it.
-pub(crate) fn unlink(
-    fs: &FsInner,
-    st: &mut FsState,
-    parent: u32,
-    name: &[u8],
-    rmdir: bool,
-) -> FsResult<()> {
+pub(crate) fn unlink(op: &mut Op, parent: u32, name: &[u8], rmdir: bool) -> FsResult<()> {
+    let fs = op.fs;
     match name {
         b"." => return Err(FsError::Invalid("cannot remove \".\"".into())),
         b".." => return Err(FsError::NotEmpty("..".into())),
         _ => {}
     }
-    let parent_raw = load_dir(fs, st, parent)?;
+    op.lock(parent, Reach::First)?;
+    let parent_raw = load_dir(op, parent)?;
     let found = dir::lookup(fs, parent, &parent_raw, name)?
         .ok_or_else(|| FsError::NotFound(name_str(name)))?;
     let target = found.ino;
-    crate::inodes::load(fs, st, target)?;
-    let target_raw = st.inodes[&target].raw.clone();
+    op.lock(target, Reach::EntryOf(parent))?;
+    let target_raw = op.inode(target).raw.clone();
     inode_guard::check_dir_remove(parent, parent_raw.flags())?;
     inode_guard::check_unlink_or_link(target, target_raw.flags())?;
-    let is_dir = st.inodes[&target].is_dir();
+    let is_dir = op.inode(target).is_dir();
     if rmdir && !is_dir {
         return Err(FsError::NotDir(name_str(name)));
     }
@@ -410,7 +404,7 @@ pub(crate) fn unlink(
     if is_dir && !dir::is_empty(fs, target, &target_raw)? {
         return Err(FsError::NotEmpty(name_str(name)));
     }
-    let mut tx = Tx::begin(fs, st, NAMESPACE_CREDITS)?;
+    let mut tx = Tx::begin(op, NAMESPACE_CREDITS)?;
     tx.fc_note_unlink(parent, target, name);
     let r = (|| {
         dir::remove(&mut tx, parent, name)?;
@@ -423,7 +417,7 @@ pub(crate) fn unlink(
         drop_link(&mut tx, target, is_dir, t)
     })();
     let orphaned = tx.end(r)?;
-    finish_if_unused(fs, st, target, orphaned)
+    finish_if_unused(op, target, orphaned)
 }
 
 /// One directory fewer under `parent`.
@@ -456,41 +450,51 @@ fn drop_link(tx: &mut Tx, ino: u32, is_dir: bool, t: Timestamp) -> FsResult<bool
     }
 }
 
-/// Deletes an orphaned inode now unless someone still has it open.
-fn finish_if_unused(fs: &FsInner, st: &mut FsState, ino: u32, orphaned: bool) -> FsResult<()> {
-    if orphaned && st.inodes.get(&ino).is_some_and(|i| i.open_count == 0) {
-        delete_inode(fs, st, ino)?;
+/// Deletes an orphaned inode (held by `op`) now unless someone still has it open.
+fn finish_if_unused(op: &mut Op, ino: u32, orphaned: bool) -> FsResult<()> {
+    if orphaned && op.inode(ino).open_count == 0 {
+        delete_inode(op, ino)?;
     }
     Ok(())
 }
 
-/// True if directory `ancestor` is `ino` or one of its ancestors.
-fn is_ancestor(fs: &FsInner, st: &mut FsState, ancestor: u32, mut ino: u32) -> FsResult<bool> {
-    for _ in 0..65_536 {
-        if ino == ancestor {
-            return Ok(true);
+/// Directory `dir` and every directory above it, up to the root. Called under the
+/// rename lock with no inode held: each is locked only while its ".." is read, and the
+/// chain cannot change until the rename lock is released.
+fn ancestors(op: &mut Op, mut dir: u32) -> FsResult<Vec<u32>> {
+    let fs = op.fs;
+    let mut chain = vec![dir];
+    while dir != ROOT_INO {
+        if chain.len() > 65_536 {
+            return Err(FsError::Inconsistent(format!(
+                "directory {dir}: \"..\" chain does not reach the root"
+            )));
         }
-        if ino == ROOT_INO {
-            return Ok(false);
-        }
-        let raw = load_dir(fs, st, ino)?;
-        ino = dotdot(fs, ino, &raw)?;
+        op.lock(dir, Reach::Renaming)?;
+        let raw = load_dir(op, dir);
+        op.unlock(dir);
+        dir = dotdot(fs, dir, &raw?)?;
+        chain.push(dir);
     }
-    Err(FsError::Inconsistent(format!(
-        "directory {ino}: \"..\" chain does not reach the root"
-    )))
+    Ok(chain)
 }
 
 /// `renameat2`: moves `src_name` in `src_parent` to `dst_name` in `dst_parent`.
+///
+/// Locking (`crate::lock_order`): a rename within one directory locks it, then its two
+/// entries. Between directories it takes the rename lock first, reads which directory
+/// is above which (that cannot change while the lock is held), locks an ancestor before
+/// its descendant (unrelated ones by number), then the entries: directories before
+/// files, each by number.
 pub(crate) fn rename(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     src_parent: u32,
     src_name: &[u8],
     dst_parent: u32,
     dst_name: &[u8],
     flags: RenameFlags,
 ) -> FsResult<()> {
+    let fs = op.fs;
     if flags.exchange && (flags.no_replace || flags.whiteout.is_some()) {
         return Err(FsError::Invalid(
             "RENAME_EXCHANGE with RENAME_NOREPLACE or RENAME_WHITEOUT".into(),
@@ -505,8 +509,9 @@ pub(crate) fn rename(
         }
     }
     dir::check_name(dst_name)?;
-    let sp_raw = load_dir(fs, st, src_parent)?;
-    let dp_raw = load_dir(fs, st, dst_parent)?;
+    let (above_src, above_dst) = lock_parents(op, src_parent, dst_parent)?;
+    let sp_raw = load_dir(op, src_parent)?;
+    let dp_raw = load_dir(op, dst_parent)?;
     let src = dir::lookup(fs, src_parent, &sp_raw, src_name)?
         .ok_or_else(|| FsError::NotFound(name_str(src_name)))?;
     let dst = dir::lookup(fs, dst_parent, &dp_raw, dst_name)?;
@@ -519,26 +524,50 @@ pub(crate) fn rename(
     if dst.is_some_and(|d| d.ino == src.ino) {
         return Ok(());
     }
-    crate::inodes::load(fs, st, src.ino)?;
-    inode_guard::check_dir_remove(src_parent, sp_raw.flags())?;
-    inode_guard::check_unlink_or_link(src.ino, st.inodes[&src.ino].raw.flags())?;
-    inode_guard::check_dir_add(dst_parent, dp_raw.flags())?;
-    let src_is_dir = st.inodes[&src.ino].is_dir();
+    let src_is_dir = kind_of(fs, src.ino)? == Some(FileKind::Directory);
     let dst_is_dir = match dst {
-        Some(d) => {
-            crate::inodes::load(fs, st, d.ino)?;
-            inode_guard::check_dir_remove(dst_parent, dp_raw.flags())?;
-            inode_guard::check_unlink_or_link(d.ino, st.inodes[&d.ino].raw.flags())?;
-            st.inodes[&d.ino].is_dir()
-        }
+        Some(d) => kind_of(fs, d.ino)? == Some(FileKind::Directory),
         None => false,
     };
+    if src_parent != dst_parent {
+        // Checked before the entries are locked: a directory moved below itself would
+        // be locked after its own descendant.
+        if src_is_dir && above_dst.contains(&src.ino) {
+            return Err(FsError::Invalid(
+                "cannot move a directory into itself".into(),
+            ));
+        }
+        if flags.exchange && dst_is_dir && dst.is_some_and(|d| above_src.contains(&d.ino)) {
+            return Err(FsError::Invalid(
+                "cannot move a directory into itself".into(),
+            ));
+        }
+    }
+    let mut entries = vec![(!src_is_dir, src.ino)];
+    if let Some(d) = dst {
+        entries.push((!dst_is_dir, d.ino));
+    }
+    entries.sort_unstable();
+    for (_, ino) in entries {
+        let reach = match src_parent == dst_parent {
+            true => Reach::EntryOf(src_parent),
+            false => Reach::Renaming,
+        };
+        op.lock(ino, reach)?;
+    }
+    inode_guard::check_dir_remove(src_parent, sp_raw.flags())?;
+    inode_guard::check_unlink_or_link(src.ino, op.inode(src.ino).raw.flags())?;
+    inode_guard::check_dir_add(dst_parent, dp_raw.flags())?;
+    if let Some(d) = dst {
+        inode_guard::check_dir_remove(dst_parent, dp_raw.flags())?;
+        inode_guard::check_unlink_or_link(d.ino, op.inode(d.ino).raw.flags())?;
+    }
     if let (Some(d), false) = (dst, flags.exchange) {
         match (src_is_dir, dst_is_dir) {
             (true, false) => return Err(FsError::NotDir(name_str(dst_name))),
             (false, true) => return Err(FsError::IsDir(name_str(dst_name))),
             (true, true) => {
-                let raw = st.inodes[&d.ino].raw.clone();
+                let raw = op.inode(d.ino).raw.clone();
                 if !dir::is_empty(fs, d.ino, &raw)? {
                     return Err(FsError::NotEmpty(name_str(dst_name)));
                 }
@@ -546,26 +575,16 @@ pub(crate) fn rename(
             (false, false) => {}
         }
     }
-    if src_parent != dst_parent {
-        if src_is_dir && is_ancestor(fs, st, src.ino, dst_parent)? {
-            return Err(FsError::Invalid(
-                "cannot move a directory into itself".into(),
-            ));
-        }
-        if flags.exchange
-            && dst_is_dir
-            && is_ancestor(fs, st, dst.expect("exchange has a target").ino, src_parent)?
-        {
-            return Err(FsError::Invalid(
-                "cannot move a directory into itself".into(),
-            ));
-        }
-        if src_is_dir && !flags.exchange && dp_raw.links_count() >= LINK_MAX && !dir_nlink(fs, st) {
-            return Err(FsError::TooManyLinks(format!("directory {dst_parent}")));
-        }
+    if src_parent != dst_parent
+        && src_is_dir
+        && !flags.exchange
+        && dp_raw.links_count() >= LINK_MAX
+        && !dir_nlink(fs)
+    {
+        return Err(FsError::TooManyLinks(format!("directory {dst_parent}")));
     }
-    ensure_space(fs, st, 16, false)?;
-    let mut tx = Tx::begin(fs, st, 2 * NAMESPACE_CREDITS)?;
+    ensure_space(fs, 16, false)?;
+    let mut tx = Tx::begin(op, 2 * NAMESPACE_CREDITS)?;
     tx.fc_ineligible(Ineligible::Rename);
     let moves = Moves {
         src_parent,
@@ -594,9 +613,37 @@ pub(crate) fn rename(
     }
     let replaced = tx.end(r)?;
     if let Some((ino, orphaned)) = replaced {
-        finish_if_unused(fs, st, ino, orphaned)?;
+        finish_if_unused(op, ino, orphaned)?;
     }
     Ok(())
+}
+
+/// Locks a rename's parent directories (see [`rename`]); returns, for a rename between
+/// directories, the chains above the source and the target parent.
+fn lock_parents(op: &mut Op, src_parent: u32, dst_parent: u32) -> FsResult<(Vec<u32>, Vec<u32>)> {
+    if src_parent == dst_parent {
+        op.lock(src_parent, Reach::First)?;
+        load_dir(op, src_parent)?;
+        return Ok((Vec::new(), Vec::new()));
+    }
+    op.lock_renames();
+    let above_src = ancestors(op, src_parent)?;
+    let above_dst = ancestors(op, dst_parent)?;
+    let first = if above_dst.contains(&src_parent) {
+        src_parent
+    } else if above_src.contains(&dst_parent) {
+        dst_parent
+    } else {
+        src_parent.min(dst_parent)
+    };
+    let second = if first == src_parent {
+        dst_parent
+    } else {
+        src_parent
+    };
+    op.lock(first, Reach::Renaming)?;
+    op.lock(second, Reach::Renaming)?;
+    Ok((above_src, above_dst))
 }
 
 struct Moves<'a> {
@@ -635,7 +682,7 @@ fn move_over(tx: &mut Tx, m: &Moves, dst: Option<dir::Found>) -> FsResult<Option
 
 /// One directory more under `parent` (1 stays 1: "many").
 fn add_subdir_link(tx: &mut Tx, parent: u32) -> FsResult<()> {
-    let dir_nlink = dir_nlink(tx.fs, tx.st);
+    let dir_nlink = dir_nlink(tx.fs);
     let info = tx.inode(parent)?;
     let links = info.raw.links_count();
     if links != 1 {

@@ -5,7 +5,7 @@
 
 use crate::error::{FsError, FsResult};
 use jext_io::EngineKind;
-use jext_journal::CommitMode;
+use jext_journal::{CommitMode, RecordMode};
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::str::FromStr;
@@ -104,6 +104,9 @@ pub struct MountOptions {
     /// `journal_commit=single_io` (the default) or `classic`: a commit is one write and
     /// one flush, or the logged blocks, a flush and an FUA commit block (JBD2's way).
     pub journal_commit: CommitMode,
+    /// `journal_records=bytes` (the default) or `blocks`: a logged block that changed in a
+    /// few bytes goes to the log as those bytes (jext-private), or always whole.
+    pub journal_records: RecordMode,
     /// `ijournal=single` (default) / `ijournal=percore`.
     pub ijournal: IJournal,
     /// `io_engine=auto` (default) / `inline` / `threads` / `io_uring`: how writes reach
@@ -126,6 +129,7 @@ impl Default for MountOptions {
             atime: AtimeUpdates::Relative,
             no_dir_atime: false,
             journal_commit: CommitMode::default(),
+            journal_records: RecordMode::default(),
             ijournal: IJournal::Single,
             io_engine: EngineKind::Auto,
         }
@@ -246,6 +250,10 @@ impl MountOptions {
             "journal_commit" => {
                 let modes = [CommitMode::SingleIo, CommitMode::Classic].map(|m| (m.name(), m));
                 self.journal_commit = choice(name, need_value()?, &modes)?
+            }
+            "journal_records" => {
+                let modes = [RecordMode::Bytes, RecordMode::Blocks].map(|m| (m.name(), m));
+                self.journal_records = choice(name, need_value()?, &modes)?
             }
             other => return Err(FsError::Invalid(format!("unknown mount option {other:?}"))),
         }
@@ -389,6 +397,10 @@ mod tests {
             let text = format!("journal_commit={}", mode.name());
             assert_eq!(MountOptions::parse(&text).unwrap().journal_commit, mode);
         }
+        for mode in [RecordMode::Bytes, RecordMode::Blocks] {
+            let text = format!("journal_records={}", mode.name());
+            assert_eq!(MountOptions::parse(&text).unwrap().journal_records, mode);
+        }
         for kind in [EngineKind::Inline, EngineKind::Threads, EngineKind::Uring] {
             let text = format!("io_engine={}", kind.name());
             assert_eq!(MountOptions::parse(&text).unwrap().io_engine, kind);
@@ -405,6 +417,7 @@ mod tests {
             ("data", "data needs a value"),
             ("cache_size=lots", "cache_size=lots"),
             ("journal_commit=fast", "journal_commit=fast"),
+            ("journal_records=bits", "journal_records=bits"),
             ("ijournal=shared", "ijournal=shared"),
             ("io_engine=aio", "io_engine=aio"),
         ] {

@@ -6,42 +6,110 @@
 //! has no links, truncated to its size otherwise. The list is changed in the same
 //! transaction as the change that makes an inode an orphan, so a crash can never leave an
 //! unreachable inode holding blocks.
+//!
+//! The list in memory (`FsInner::orphans`) is the truth about every link. Taking an inode
+//! off the list changes its predecessor's link, and the predecessor is an inode this
+//! operation does not hold (another may be changing it): so the link is patched into the
+//! predecessor's record in its table block, under the list's lock, and every write of an
+//! orphan's record takes its link from the list under the same lock
+//! (`Tx::write_inode`, [`next_of`]), so neither write loses the other's.
 
 use crate::error::FsResult;
+use crate::format::inode::Inode;
 use crate::tx::Tx;
 
-/// Puts `ino` at the head of the orphan list.
+/// The link `ino`'s record must carry if it is on the list (`list`, head first): the next
+/// orphan, or 0 at the tail; `None` if it is not an orphan.
+pub(crate) fn next_of(list: &[u32], ino: u32) -> Option<u32> {
+    let at = list.iter().position(|&o| o == ino)?;
+    Some(list.get(at + 1).copied().unwrap_or(0))
+}
+
+/// Puts `ino` (held by the operation) at the head of the orphan list.
 pub(crate) fn add(tx: &mut Tx, ino: u32) -> FsResult<()> {
-    if tx.st.orphans.contains(&ino) {
-        return Ok(());
+    {
+        let mut list = tx.fs.orphans.lock();
+        if list.contains(&ino) {
+            return Ok(());
+        }
+        list.insert(0, ino);
+        tx.fs.sb.lock().set_last_orphan(ino);
     }
     tx.note_orphan_change(ino);
-    let head = tx.st.sb.last_orphan();
-    tx.inode(ino)?.raw.set_dtime(head);
     tx.write_inode(ino)?;
-    tx.st.sb.set_last_orphan(ino);
-    tx.write_superblock()?;
-    tx.st.orphans.insert(0, ino);
-    Ok(())
+    tx.write_superblock()
 }
 
 /// Takes `ino` off the orphan list (a no-op if it is not on it).
 pub(crate) fn remove(tx: &mut Tx, ino: u32) -> FsResult<()> {
-    let Some(i) = tx.st.orphans.iter().position(|&o| o == ino) else {
+    loop {
+        // The predecessor's table block is read before the list is locked (a read must
+        // not happen under it), then the list is looked at again.
+        let Some(prev) = predecessor(tx, ino) else {
+            return Ok(());
+        };
+        let prev_block = match prev {
+            Some(p) => Some(crate::inodes::table_location(tx.fs, p)?),
+            None => None,
+        };
+        let prev_buf = match prev_block {
+            Some((block, _)) => Some(tx.buffer(block)?),
+            None => None,
+        };
+        let fs = tx.fs;
+        let mut list = fs.orphans.lock();
+        let Some(at) = list.iter().position(|&o| o == ino) else {
+            return Ok(());
+        };
+        let now_prev = at.checked_sub(1).map(|i| list[i]);
+        if now_prev != prev {
+            continue;
+        }
+        let next = list.get(at + 1).copied().unwrap_or(0);
+        list.remove(at);
+        match (prev, prev_block, prev_buf) {
+            (Some(p), Some((_, offset)), Some(buf)) => {
+                let size = fs.geo.inode_size as usize;
+                let seed = fs.csum_seed;
+                let mut raw = buf.read(|b| Inode::decode(&b[offset..offset + size], p, seed))?;
+                raw.set_dtime(next);
+                let bytes = raw.encode(p, seed);
+                tx.modify_buf(&buf, |b| {
+                    b[offset..offset + bytes.len()].copy_from_slice(&bytes)
+                })?;
+                drop(list);
+                tx.note_orphan_change(p);
+            }
+            _ => {
+                fs.sb.lock().set_last_orphan(next);
+                drop(list);
+                tx.write_superblock()?;
+            }
+        }
+        tx.note_orphan_change(ino);
+        tx.inode(ino)?.raw.set_dtime(0);
         return Ok(());
-    };
-    tx.note_orphan_change(ino);
-    let next = tx.st.orphans.get(i + 1).copied().unwrap_or(0);
-    if i == 0 {
-        tx.st.sb.set_last_orphan(next);
-        tx.write_superblock()?;
-    } else {
-        let prev = tx.st.orphans[i - 1];
-        tx.note_orphan_change(prev);
-        tx.inode(prev)?.raw.set_dtime(next);
-        tx.write_inode(prev)?;
     }
-    tx.inode(ino)?.raw.set_dtime(0);
-    tx.st.orphans.remove(i);
-    Ok(())
+}
+
+/// `None` if `ino` is not an orphan, else its predecessor on the list (`None` at the
+/// head).
+fn predecessor(tx: &Tx, ino: u32) -> Option<Option<u32>> {
+    let list = tx.fs.orphans.lock();
+    let at = list.iter().position(|&o| o == ino)?;
+    Some(at.checked_sub(1).map(|i| list[i]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_of;
+
+    #[test]
+    fn each_orphan_links_to_the_next_and_the_tail_to_nothing() {
+        let list = [12, 40, 7];
+        assert_eq!(next_of(&list, 12), Some(40));
+        assert_eq!(next_of(&list, 40), Some(7));
+        assert_eq!(next_of(&list, 7), Some(0));
+        assert_eq!(next_of(&list, 99), None);
+    }
 }

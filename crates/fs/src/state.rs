@@ -1,27 +1,26 @@
-//! What a mounted file system holds: fixed facts ([`FsInner`]) and the state every
-//! operation changes under one lock ([`FsState`]).
-//!
-//! Lock order: the `state` mutex, then (inside the journal) the journal's own lock. No code
-//! waits for a commit while holding `state`, and the commit thread never takes it, so a
-//! commit can always finish. fsync and the background writeback wait for their data
-//! writes with `state` released (`file::DataInFlight`); other paths that write data back
-//! (dirty throttling, a journal-mode switch, unmount) still wait under it.
+//! What a mounted file system holds: fixed facts and the shared state operations change,
+//! each part behind the lock `crate::lock_order` places it under ([`FsInner`]), and what
+//! one inode holds in memory ([`InodeInfo`], behind its own lock in `crate::inode_table`).
 
-use crate::alloc::AllocState;
+use crate::alloc::Allocator;
+use crate::fast_commit::{FastCommitStats, FcState};
 use crate::format::group_desc::GroupCsum;
 use crate::format::inode::Inode;
 use crate::format::superblock::Superblock;
 use crate::geometry::Geometry;
+use crate::inode_table::InodeTable;
+use crate::lock_order::Leaf;
 use crate::options::MountOptions;
 use jext_cache::{BufferCache, PageCache};
 use jext_io::IoQueue;
 use jext_journal::{Journal, Tid};
-use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// Facts fixed at mount.
+/// A mounted file system: facts fixed at mount, then the shared state, each part under
+/// its own lock (see `crate::lock_order` for the order they are taken in).
 pub(crate) struct FsInner {
     pub geo: Geometry,
     /// The metadata_csum seed, when the file system has checksums.
@@ -43,79 +42,42 @@ pub(crate) struct FsInner {
     pub filetype: bool,
     /// Changes are refused (`ro`, or a remount to `ro`); starts as `options.read_only`.
     pub read_only: AtomicBool,
-    pub state: Mutex<FsState>,
-    /// Fast commits and fallbacks since mount (kept outside `state`: the journal's
-    /// answer arrives after `state` is released).
-    pub fc_stats: Mutex<crate::fast_commit::FastCommitStats>,
+    /// Held shared by every operation, exclusive by what needs the file system still.
+    pub gate: RwLock<()>,
+    /// Held by a rename between directories while it locks them.
+    pub rename_lock: Mutex<()>,
+    /// Every inode in memory, each behind its own lock.
+    pub inodes: InodeTable,
+    /// Bitmaps (per group), free counts, frees waiting for their commit.
+    pub alloc: Allocator,
+    pub sb: Leaf<Superblock>,
+    /// Inodes on the on-disk orphan list, head first.
+    pub orphans: Leaf<Vec<u32>>,
+    /// What fast commits need to know across fsyncs.
+    pub fc: Leaf<FcState>,
+    pub pages: Leaf<PageCache>,
+    /// Set when an error made the file system read-only.
+    pub error: Leaf<Option<String>>,
+    /// The generation number for the next new inode.
+    pub next_generation: AtomicU32,
+    /// Fast commits and fallbacks since mount (the journal's answer arrives after every
+    /// inode is released).
+    pub fc_stats: Leaf<FastCommitStats>,
 }
 
 impl FsInner {
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::Acquire)
     }
-}
 
-/// Everything operations change.
-pub(crate) struct FsState {
-    pub sb: Superblock,
-    pub alloc: AllocState,
-    pub inodes: HashMap<u32, InodeInfo>,
-    pub pages: PageCache,
-    /// Inodes on the on-disk orphan list, head first.
-    pub orphans: Vec<u32>,
-    /// Set when an error made the file system read-only.
-    pub error: Option<String>,
-    /// The generation number for the next new inode.
-    pub next_generation: u32,
-    /// Source of [`InodeInfo::data_seq`] values: each is used once, so a value seen
-    /// before an inode was evicted never matches after it is loaded again.
-    pub next_data_seq: u64,
-    /// What fast commits need to know across fsyncs.
-    pub fc: crate::fast_commit::FcState,
-    /// The inode cache's size at which the next eviction is tried (`inodes::make_room`).
-    pub inode_evict_at: usize,
-}
-
-impl FsState {
-    /// Keeps `raw` as inode `ino` in memory.
-    pub fn insert_inode(&mut self, ino: u32, raw: Inode) {
-        let mut info = InodeInfo::new(raw);
-        info.data_seq = self.take_data_seq();
-        self.inodes.insert(ino, info);
+    /// Records the error that stops writes (the first one is kept).
+    pub fn set_error(&self, why: String) {
+        self.error.lock().get_or_insert(why);
     }
 
-    /// Notes that what reading `ino`'s blocks gives may have changed (data written to
-    /// them, blocks unmapped or preallocated): a read that went to the device without
-    /// the lock and sees a new value throws its bytes away.
-    pub fn note_data_change(&mut self, ino: u32) {
-        let seq = self.take_data_seq();
-        if let Some(info) = self.inodes.get_mut(&ino) {
-            info.data_seq = seq;
-        }
-    }
-
-    /// Notes that a transaction changed `ino` (its record, block map, size or orphan
-    /// link): a new [`InodeInfo::journaled_changes`], never used before, so that a count
-    /// seen before the inode was evicted never matches after it is loaded again.
-    pub fn note_journaled(&mut self, ino: u32) {
-        let seq = self.take_data_seq();
-        if let Some(info) = self.inodes.get_mut(&ino) {
-            info.journaled_changes = seq;
-        }
-    }
-
-    fn take_data_seq(&mut self) -> u64 {
-        self.next_data_seq += 1;
-        self.next_data_seq
-    }
-
-    /// Inodes whose record has changes (times) not yet in any transaction.
-    pub fn dirty_inodes(&self) -> Vec<u32> {
-        self.inodes
-            .iter()
-            .filter(|(_, i)| i.dirty)
-            .map(|(ino, _)| *ino)
-            .collect()
+    /// The error that stopped writes, if one did.
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().clone()
     }
 }
 
@@ -139,14 +101,14 @@ pub(crate) struct InodeInfo {
     /// Data was overwritten in place with no transaction after it: a sync needs a flush.
     pub unflushed_data: bool,
     /// Changes whenever what reading the inode's blocks gives may change (see
-    /// [`FsState::note_data_change`]).
+    /// [`crate::op::Op::note_data_change`]).
     pub data_seq: u64,
     /// The page after the last one read ahead: a miss there is a reader going forward.
     pub readahead_next: u64,
     /// What its next fast commit must carry.
     pub fc: crate::fast_commit::FcInode,
     /// Changes whenever a transaction changes it (record, block map, size, orphan link;
-    /// see [`FsState::note_journaled`]): a fast commit that carried it as of one value
+    /// see [`crate::op::Op::note_journaled`]): a fast commit that carried it as of one value
     /// leaves nothing to commit while the value stays (`FcInode::fast_committed`).
     pub journaled_changes: u64,
     /// Its times were read (stat) since they last changed: the next change is stamped

@@ -8,7 +8,7 @@ use crate::blockmap;
 use crate::error::FsResult;
 use crate::format::inode::flags;
 use crate::inodes::inode_time;
-use crate::state::{FsInner, FsState};
+use crate::op::Op;
 use crate::tx::Tx;
 use crate::types::Timestamp;
 use crate::{alloc, orphan, xattr_ops};
@@ -20,9 +20,9 @@ const CREDITS_BASE: u32 = 24;
 
 /// Chunk starts (logical blocks) for unmapping `[from, to)`, last chunk first, so each
 /// chunk fits one handle; empty if nothing is mapped there.
-fn plan(fs: &FsInner, st: &mut FsState, ino: u32, from: u64, to: u64) -> FsResult<Vec<(u64, u32)>> {
-    crate::inodes::load(fs, st, ino)?;
-    let raw = st.inodes[&ino].raw.clone();
+fn plan(op: &mut Op, ino: u32, from: u64, to: u64) -> FsResult<Vec<(u64, u32)>> {
+    let fs = op.fs;
+    let raw = op.inode(ino).raw.clone();
     if raw.flags() & flags::EXTENTS == 0 {
         return Ok(Vec::new());
     }
@@ -44,17 +44,11 @@ fn plan(fs: &FsInner, st: &mut FsState, ino: u32, from: u64, to: u64) -> FsResul
 
 /// Unmaps `[from, to)` of `ino` (a hole punch), chunk by chunk from the end. Each chunk
 /// leaves a consistent file, so no orphan protection is needed.
-pub(crate) fn unmap_chunked(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    from: u64,
-    to: u64,
-) -> FsResult<()> {
-    st.note_data_change(ino);
+pub(crate) fn unmap_chunked(op: &mut Op, ino: u32, from: u64, to: u64) -> FsResult<()> {
+    op.note_data_change(ino);
     let mut end = to;
-    for (start, credits) in plan(fs, st, ino, from, to)? {
-        let mut tx = Tx::begin(fs, st, credits)?;
+    for (start, credits) in plan(op, ino, from, to)? {
+        let mut tx = Tx::begin(op, credits)?;
         let r = blockmap::unmap(&mut tx, ino, start as u32, end).and_then(|_| tx.write_inode(ino));
         tx.end(r)?;
         end = start;
@@ -65,13 +59,14 @@ pub(crate) fn unmap_chunked(
 /// Sets the on-disk size of `ino` to `new_size` (already its size in memory) and frees
 /// its blocks past it. One transaction when that fits; otherwise the inode stays on the
 /// orphan list across the chunks.
-pub(crate) fn shrink(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) -> FsResult<()> {
-    st.note_data_change(ino);
+pub(crate) fn shrink(op: &mut Op, ino: u32, new_size: u64) -> FsResult<()> {
+    let fs = op.fs;
+    op.note_data_change(ino);
     let first = new_size.div_ceil(u64::from(fs.geo.block_size));
-    let chunks = plan(fs, st, ino, first, u64::MAX)?;
-    let was_orphan = st.orphans.contains(&ino);
+    let chunks = plan(op, ino, first, u64::MAX)?;
+    let was_orphan = fs.orphans.lock().contains(&ino);
     let protect = chunks.len() > 1 && !was_orphan;
-    let mut tx = Tx::begin(fs, st, chunks.first().map_or(8, |c| c.1) + 8)?;
+    let mut tx = Tx::begin(op, chunks.first().map_or(8, |c| c.1) + 8)?;
     let r = (|| {
         tx.inode(ino)?.raw.set_size(new_size);
         tx.mark_datasync(ino);
@@ -85,10 +80,10 @@ pub(crate) fn shrink(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) ->
     })();
     tx.end(r)?;
     if chunks.len() > 1 {
-        unmap_chunked(fs, st, ino, first, u64::MAX)?;
+        unmap_chunked(op, ino, first, u64::MAX)?;
     }
     if protect {
-        let mut tx = Tx::begin(fs, st, 8)?;
+        let mut tx = Tx::begin(op, 8)?;
         let r = orphan::remove(&mut tx, ino).and_then(|_| tx.write_inode(ino));
         tx.end(r)?;
     }
@@ -97,16 +92,12 @@ pub(crate) fn shrink(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) ->
 
 /// Deletes inode `ino`, which has no links left and is on the orphan list: frees its
 /// blocks and xattr block, takes it off the list and frees the inode.
-pub(crate) fn delete_inode(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
-    crate::inodes::load(fs, st, ino)?;
-    st.inodes.get_mut(&ino).expect("loaded").size = 0;
-    shrink(fs, st, ino, 0)?;
-    let mut tx = Tx::begin(fs, st, 24)?;
+pub(crate) fn delete_inode(op: &mut Op, ino: u32) -> FsResult<()> {
+    op.inode_mut(ino).size = 0;
+    shrink(op, ino, 0)?;
+    let mut tx = Tx::begin(op, 24)?;
     let r = finish_delete(&mut tx, ino);
-    tx.end(r)?;
-    st.inodes.remove(&ino);
-    st.pages.remove_file(ino);
-    Ok(())
+    tx.end(r)
 }
 
 fn finish_delete(tx: &mut Tx, ino: u32) -> FsResult<()> {
@@ -121,7 +112,13 @@ fn finish_delete(tx: &mut Tx, ino: u32) -> FsResult<()> {
     info.raw
         .set_dtime(now.seconds.clamp(1, i64::from(u32::MAX)) as u32);
     info.raw.set_ctime(inode_time(now));
-    tx.st.alloc.reserved_blocks -= reserved;
+    tx.fs.alloc.totals.lock().reserved_blocks -= reserved;
     tx.write_inode(ino)?;
+    // Forgotten before its number is free: the next new file may get the number. (This
+    // operation keeps its lock on the old inode until it ends; whoever waits for it then
+    // finds it gone.)
+    tx.fs.inodes.remove(ino);
+    tx.fs.pages.lock().remove_file(ino);
+    tx.fs.fc.lock().forget_inode(ino);
     alloc::free_inode(tx, ino, was_dir)
 }

@@ -14,16 +14,19 @@
 use crate::error::{FsError, FsResult};
 use crate::file::DataInFlight;
 use crate::format::inode::Inode;
+use crate::lock_order::held;
 use crate::meta::{MetaIo, MetaRead};
-use crate::state::{FsInner, FsState, InodeInfo};
+use crate::op::{Op, Reach};
+use crate::state::{FsInner, InodeInfo};
 use jext_cache::PageWriteback;
 use jext_io::IoTicket;
 use jext_journal::{Handle, JBuf, Tid};
 use std::sync::Arc;
 
-pub(crate) struct Tx<'a> {
-    pub fs: &'a FsInner,
-    pub st: &'a mut FsState,
+pub(crate) struct Tx<'a, 'fs> {
+    pub fs: &'fs FsInner,
+    /// The operation: the inodes this transaction may change are the ones it holds.
+    pub op: &'a mut Op<'fs>,
     handle: Option<Handle>,
     /// Something was changed through this handle.
     dirtied: bool,
@@ -31,15 +34,24 @@ pub(crate) struct Tx<'a> {
     in_flight: DataInFlight,
 }
 
-impl<'a> Tx<'a> {
-    /// Opens a handle for up to `credits` changed blocks.
-    pub fn begin(fs: &'a FsInner, st: &'a mut FsState, credits: u32) -> FsResult<Tx<'a>> {
-        check_writable(fs, st)?;
+impl<'a, 'fs> Tx<'a, 'fs> {
+    /// Opens a handle for up to `credits` changed blocks, once `op` holds every inode it
+    /// will change (`crate::lock_order`: no inode is locked under a handle).
+    pub fn begin(op: &'a mut Op<'fs>, credits: u32) -> FsResult<Tx<'a, 'fs>> {
+        let fs = op.fs;
+        check_writable(fs)?;
         let credits = credits.min(fs.journal.max_transaction_blocks() / 2);
-        let handle = fs.journal.start(credits)?;
+        held::enter_handle();
+        let handle = match fs.journal.start(credits) {
+            Ok(handle) => handle,
+            Err(err) => {
+                held::leave_handle();
+                return Err(err.into());
+            }
+        };
         Ok(Tx {
             fs,
-            st,
+            op,
             handle: Some(handle),
             dirtied: false,
             in_flight: DataInFlight::default(),
@@ -69,27 +81,32 @@ impl<'a> Tx<'a> {
 
     /// Ends the operation: on success the handle stops; on failure after changes the
     /// journal is aborted so the partial operation never commits. Data writes issued under
-    /// the handle are waited for first (with the lock held).
+    /// the handle are waited for first (with the operation's inodes held).
     pub fn end<T>(mut self, result: FsResult<T>) -> FsResult<T> {
         let in_flight = std::mem::take(&mut self.in_flight);
-        let written = in_flight.finish_locked(self.fs, self.st);
+        let written = in_flight.finish(self.fs);
         let result = result.and_then(|value| written.map(|()| value));
         if let Err(err) = &result {
             if self.dirtied {
                 let reason = format!("an operation failed after changing metadata: {err}");
                 self.fs.journal.abort(reason.clone());
-                self.st.error.get_or_insert(reason);
+                self.fs.set_error(reason);
             }
         }
+        self.stop_handle();
+        result
+    }
+
+    fn stop_handle(&mut self) {
         if let Some(handle) = self.handle.take() {
             handle.stop();
+            held::leave_handle();
         }
-        result
     }
 
     /// Ends the operation like [`Tx::end`], except that on success the data writes issued
     /// under the handle are not waited for: they come back with the handle, which stays
-    /// open until [`DataInFlight::finish`] (the caller releases the lock first).
+    /// open until [`DataInFlight::finish`] (the caller releases its inodes first).
     pub fn end_with_data_in_flight<T>(
         mut self,
         result: FsResult<T>,
@@ -104,6 +121,7 @@ impl<'a> Tx<'a> {
             .handle
             .take()
             .expect("a Tx has its handle until it ends");
+        // Still this thread's handle (for the lock-order checks) until the data is in.
         in_flight.hold_handle(handle, self.dirtied);
         result.map(|value| (value, in_flight))
     }
@@ -115,6 +133,7 @@ impl<'a> Tx<'a> {
 
     /// The cached buffer of `block`.
     pub fn buffer(&self, block: u64) -> FsResult<Arc<JBuf>> {
+        crate::lock_order::may_do_io("a metadata block read");
         Ok(self.fs.cache.get(block)?)
     }
 
@@ -146,32 +165,38 @@ impl<'a> Tx<'a> {
         Ok(())
     }
 
-    /// Loads inode `ino` into the inode cache if it is not there.
-    pub fn load_inode(&mut self, ino: u32) -> FsResult<()> {
-        crate::inodes::load(self.fs, self.st, ino)
-    }
-
+    /// Inode `ino`, which the operation holds (an exclusive operation locks it now).
     pub fn inode(&mut self, ino: u32) -> FsResult<&mut InodeInfo> {
-        self.load_inode(ino)?;
-        Ok(self.st.inodes.get_mut(&ino).expect("just loaded"))
+        if !self.op.holds(ino) && self.op.is_exclusive() {
+            self.op.lock(ino, Reach::First)?;
+        }
+        Ok(self.op.inode_mut(ino))
     }
 
-    /// Writes inode `ino`'s record into this transaction.
+    /// Writes inode `ino`'s record into this transaction. An inode on the orphan list
+    /// gets its link from the list (another operation may have changed it: see
+    /// `crate::orphan`), read under the list's lock together with the write.
     pub fn write_inode(&mut self, ino: u32) -> FsResult<()> {
-        let (block, offset) = crate::inodes::table_location(self.fs, self.st, ino)?;
+        let (block, offset) = crate::inodes::table_location(self.fs, ino)?;
+        let buf = self.buffer(block)?;
         let tid = self.tid();
-        let info = self
-            .st
-            .inodes
-            .get_mut(&ino)
-            .expect("write_inode of a loaded inode");
+        let fs = self.fs;
+        let seq = fs.inodes.take_seq();
+        let info = self.inode(ino)?;
         info.dirty = false;
         info.sync_tid = Some(tid);
-        let bytes = info.raw.encode(ino, self.fs.csum_seed);
-        self.st.note_journaled(ino);
-        self.modify(block, |b| {
+        info.journaled_changes = seq;
+        let mut raw = info.raw.clone();
+        let orphans = fs.orphans.lock();
+        if let Some(next) = crate::orphan::next_of(&orphans, ino) {
+            raw.set_dtime(next);
+        }
+        let bytes = raw.encode(ino, fs.csum_seed);
+        self.modify_buf(&buf, |b| {
             b[offset..offset + bytes.len()].copy_from_slice(&bytes)
-        })
+        })?;
+        drop(orphans);
+        Ok(())
     }
 
     /// Data was written in place under this handle and must be durable before the
@@ -184,22 +209,23 @@ impl<'a> Tx<'a> {
     /// converted in this transaction (what its next fast commit must carry).
     pub fn note_mapping(&mut self, ino: u32, from: u32, to: u64) {
         let tid = self.tid();
-        if let Some(info) = self.st.inodes.get_mut(&ino) {
-            info.fc.note_changed(from, to, tid);
-            info.datasync_tid = Some(tid);
-        }
-        self.st.note_journaled(ino);
+        let info = self.op.inode_mut(ino);
+        info.fc.note_changed(from, to, tid);
+        info.datasync_tid = Some(tid);
+        self.op.note_journaled(ino);
     }
 
     /// Records that `ino` went on or off the orphan list, or its orphan-list link changed
     /// (its `i_dtime`): its fast commits would carry a link the durable list disagrees
-    /// with, so its fsyncs commit in full until this transaction is durable.
+    /// with, so its fsyncs commit in full until this transaction is durable. (Kept with
+    /// the fast-commit state, not the inode: the predecessor whose link a removal changes
+    /// is held by nobody here.)
     pub fn note_orphan_change(&mut self, ino: u32) {
         let tid = self.tid();
-        if let Some(info) = self.st.inodes.get_mut(&ino) {
-            info.fc.orphan_changed = Some(tid);
+        self.fs.fc.lock().note_orphan_change(ino, tid);
+        if self.op.holds(ino) {
+            self.op.note_journaled(ino);
         }
-        self.st.note_journaled(ino);
     }
 
     /// Records that name `name` of inode `ino` left directory `parent`: every fast commit
@@ -207,7 +233,7 @@ impl<'a> Tx<'a> {
     /// removes the name before it creates anything the fast commit names.
     pub fn fc_note_unlink(&mut self, parent: u32, ino: u32, name: &[u8]) {
         let tid = self.tid();
-        if !self.st.fc.note_unlink(tid, parent, ino, name) {
+        if !self.fs.fc.lock().note_unlink(tid, parent, ino, name) {
             self.fc_ineligible(crate::fast_commit::Ineligible::Unlink);
         }
     }
@@ -216,25 +242,28 @@ impl<'a> Tx<'a> {
     /// transaction is durable.
     pub fn fc_ineligible(&mut self, reason: crate::fast_commit::Ineligible) {
         let tid = self.tid();
-        self.st.fc.ineligible = Some((tid, reason));
+        self.fs.fc.lock().ineligible = Some((tid, reason));
     }
 
     /// Records that inode `ino`'s size or block map changed in this transaction.
     pub fn mark_datasync(&mut self, ino: u32) {
         let tid = self.tid();
-        if let Some(info) = self.st.inodes.get_mut(&ino) {
-            info.datasync_tid = Some(tid);
-        }
-        self.st.note_journaled(ino);
+        self.op.inode_mut(ino).datasync_tid = Some(tid);
+        self.op.note_journaled(ino);
     }
 
     /// Journals the superblock as it is in memory (orphan list head, feature flags).
     pub fn write_superblock(&mut self) -> FsResult<()> {
         let (block, offset) = self.fs.geo.superblock_location();
-        let bytes = self.st.sb.encode();
-        self.modify(block, |b| {
+        let buf = self.buffer(block)?;
+        let fs = self.fs;
+        let sb = fs.sb.lock();
+        let bytes = sb.encode();
+        self.modify_buf(&buf, |b| {
             b[offset..offset + bytes.len()].copy_from_slice(&bytes)
-        })
+        })?;
+        drop(sb);
+        Ok(())
     }
 
     /// The raw record of inode `ino` (a copy).
@@ -243,22 +272,25 @@ impl<'a> Tx<'a> {
     }
 }
 
-impl Drop for Tx<'_> {
+impl Drop for Tx<'_, '_> {
     fn drop(&mut self) {
-        if self.handle.is_some() && self.dirtied && std::thread::panicking() {
-            let reason = "a bug (a panic) interrupted an operation that had changed metadata";
-            self.fs.journal.abort(reason.into());
-            self.st.error.get_or_insert(reason.into());
+        if self.handle.is_some() {
+            if self.dirtied && std::thread::panicking() {
+                let reason = "a bug (a panic) interrupted an operation that had changed metadata";
+                self.fs.journal.abort(reason.into());
+                self.fs.set_error(reason.into());
+            }
+            held::leave_handle();
         }
     }
 }
 
 /// Fails if the file system must not change.
-pub(crate) fn check_writable(fs: &FsInner, st: &FsState) -> FsResult<()> {
+pub(crate) fn check_writable(fs: &FsInner) -> FsResult<()> {
     if fs.is_read_only() {
         return Err(FsError::ReadOnly("mounted read-only".into()));
     }
-    if let Some(why) = &st.error {
+    if let Some(why) = fs.error() {
         return Err(FsError::ReadOnly(format!(
             "an earlier error stopped writes ({why})"
         )));
@@ -269,7 +301,7 @@ pub(crate) fn check_writable(fs: &FsInner, st: &FsState) -> FsResult<()> {
     Ok(())
 }
 
-impl MetaRead for Tx<'_> {
+impl MetaRead for Tx<'_, '_> {
     fn block_size(&self) -> usize {
         self.fs.geo.block_size as usize
     }
@@ -279,7 +311,7 @@ impl MetaRead for Tx<'_> {
     }
 }
 
-impl MetaIo for Tx<'_> {
+impl MetaIo for Tx<'_, '_> {
     fn modify_block(&mut self, block: u64, change: &mut dyn FnMut(&mut [u8])) -> FsResult<()> {
         self.modify(block, change)
     }
@@ -312,8 +344,8 @@ mod tests {
         mkfs(dev.clone(), &MkfsOptions::default()).unwrap();
         let fs = Fs::open(dev, MountOptions::default()).unwrap();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            fs.with_state(|inner, st| {
-                let mut tx = Tx::begin(inner, st, 4).unwrap();
+            fs.with_exclusive(|op| {
+                let mut tx = Tx::begin(op, 4).unwrap();
                 tx.write_superblock().unwrap();
                 panic!("a bug half-way through an operation");
             })

@@ -3,9 +3,9 @@
 //! then the oldest files until dirty data is under the background threshold, then inodes
 //! whose only change is their times (`WritebackPolicy` holds the numbers).
 //!
-//! Each file's data writes go in flight under the file system lock and are waited for
-//! with it released, so an fsync or a write of another file is not held up for the
-//! whole tick's IO, only for one file's planning.
+//! Each file's data goes out a batch per hold of its inode, waited for with nothing locked
+//! (`file::write_back_unlocked`), so an fsync or a write of the file is not held up for
+//! the tick's IO, only for the planning of a batch.
 //!
 //! Promises: a tick does nothing on a read-only or failed file system, and an error it
 //! meets is recorded as the file system's error (which then refuses changes) instead of
@@ -13,17 +13,14 @@
 
 use crate::error::FsResult;
 use crate::file;
-use crate::state::{FsInner, FsState};
+use crate::state::FsInner;
 use jext_cache::{WritebackPolicy, WritebackTarget};
 use std::time::{Duration, Instant};
 
 impl WritebackTarget for FsInner {
     fn writeback_tick(&self) {
         if let Err(err) = writeback_due(self) {
-            self.state
-                .lock()
-                .error
-                .get_or_insert(format!("background writeback failed: {err}"));
+            self.set_error(format!("background writeback failed: {err}"));
         }
     }
 }
@@ -46,43 +43,45 @@ pub(crate) fn writeback_due(fs: &FsInner) -> FsResult<()> {
     let policy = WritebackPolicy::default();
     let expire = Duration::from_millis(policy.expire_ms);
     let now = Instant::now();
+    if !may_write_back(fs) {
+        return Ok(());
+    }
     let candidates: Vec<(u32, Due)> = {
-        let st = fs.state.lock();
-        if !may_write_back(fs, &st) {
-            return Ok(());
-        }
-        let files = st.pages.dirty_files();
+        let files = fs.pages.lock().dirty_files();
         let expired = files
             .iter()
             .filter(|(_, since)| now.duration_since(*since) >= expire)
             .map(|(ino, _)| (*ino, Due::Expired));
         let oldest = files.iter().map(|(ino, _)| (*ino, Due::OverBackground));
-        let times = st.dirty_inodes().into_iter().map(|ino| (ino, Due::Times));
+        let times = fs
+            .inodes
+            .dirty_inodes()
+            .into_iter()
+            .map(|ino| (ino, Due::Times));
         expired.chain(oldest).chain(times).collect()
     };
     for (ino, due) in candidates {
-        let in_flight = {
-            let mut st = fs.state.lock();
-            if !may_write_back(fs, &st) {
-                return Ok(());
+        if !may_write_back(fs) {
+            return Ok(());
+        }
+        let wanted = {
+            let pages = fs.pages.lock();
+            let background = pages.capacity_bytes() / 100 * policy.background_percent as usize;
+            match due {
+                Due::Expired => pages.has_dirty(ino),
+                Due::OverBackground => pages.dirty_bytes() > background,
+                // The writeback looks at the times with the inode locked.
+                Due::Times => true,
             }
-            let background = st.pages.capacity_bytes() / 100 * policy.background_percent as usize;
-            let wanted = match due {
-                Due::Expired => st.pages.has_dirty(ino),
-                Due::OverBackground => st.pages.dirty_bytes() > background,
-                Due::Times => st.inodes.get(&ino).is_some_and(|i| i.dirty),
-            };
-            if !wanted {
-                continue;
-            }
-            file::issue_writeback(fs, &mut st, ino, true)?.1
         };
-        in_flight.finish(fs)?;
+        if wanted {
+            file::write_back_unlocked(fs, ino, true)?;
+        }
     }
-    fs.state.lock().pages.evict_over_capacity();
+    fs.pages.lock().evict_over_capacity();
     Ok(())
 }
 
-fn may_write_back(fs: &FsInner, st: &FsState) -> bool {
-    st.error.is_none() && fs.journal.aborted().is_none() && !fs.is_read_only()
+fn may_write_back(fs: &FsInner) -> bool {
+    fs.error().is_none() && fs.journal.aborted().is_none() && !fs.is_read_only()
 }

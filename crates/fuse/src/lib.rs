@@ -1,6 +1,6 @@
 //! jext's FUSE front end: mounts a jext file system as `fuseblk` (see `kernel_mount`) and
 //! serves it with fuser (a patched copy, `vendor/fuser`), dispatching requests on several
-//! threads.
+//! threads, read from `/dev/fuse` or (`-o fuse_uring`) taken from FUSE over io_uring.
 //!
 //! Promises: the session ends with a clean unmount of the library (checkpoint, clear
 //! needs_recovery, owner lock released) whether it ended by `umount`, `jext umount` or
@@ -24,6 +24,7 @@ pub use options::FuseOptions;
 pub const JEXT_IOC_FBARRIER: u32 = 0x6a40;
 pub const JEXT_IOC_FDATABARRIER: u32 = 0x6a41;
 
+pub use fuser::Transport;
 use fuser::{Config, SessionACL};
 use jext_fs::Fs;
 use requests::RequestCounts;
@@ -40,7 +41,14 @@ fn config(opts: &FuseOptions) -> Config {
     };
     config.n_threads = Some(opts.request_threads);
     config.clone_fd = true;
+    config.uring = opts.uring;
     config
+}
+
+/// Why `-o fuse_uring` cannot be had on a new mount (the kernel's switch is off, or the
+/// kernel has no such transport), or `None` when it can.
+pub fn uring_unavailable() -> Option<String> {
+    fuser::uring_unavailable()
 }
 
 /// What the mount request asks of the kernel, from the `-o` options.
@@ -108,6 +116,11 @@ impl Mounted {
 
     pub fn kernel_mount(&self) -> &KernelMount {
         &self.kernel
+    }
+
+    /// How the kernel's requests reach this mount, as agreed at INIT.
+    pub fn transport(&self) -> &Transport {
+        self.session.transport()
     }
 
     pub fn unmounter(&self) -> Unmounter {

@@ -1,6 +1,6 @@
 //! Mount options for `jext mount -o …`: the ext4 ones (data=, commit=, ro, errors=,
 //! cache_size=, barrier) go to the library; the FUSE ones (allow_other,
-//! default_permissions, writeback_cache, threads) configure the session; the generic VFS flags
+//! default_permissions, writeback_cache, threads, fuse_uring) configure the session; the generic VFS flags
 //! mount(8) passes to helpers (rw, nosuid, nodev, noexec, noatime, …) become mount flags.
 //!
 //! Promises: an unknown or malformed option is refused with a message naming it; nothing
@@ -34,8 +34,14 @@ pub struct FuseOptions {
     /// subtype, whose mount shows the image file itself as its source and `fuse` as its type
     /// (what fstests' FSTYP=fuse looks for); `umount` does not wait for such a mount.
     pub blkdev: bool,
-    /// `threads=N`: request threads serving the connection.
+    /// `threads=N`: request threads serving the connection (with `fuse_uring`, on each
+    /// CPU's io_uring queue).
     pub request_threads: usize,
+    /// `fuse_uring`: serve requests through FUSE over io_uring when the kernel's
+    /// `enable_uring` switch is on; otherwise the mount says why on stderr and serves
+    /// through `/dev/fuse`. jext never turns the switch on itself: it is global, for every
+    /// FUSE server on the machine, and off by default; root (or `scripts/setup`) decides.
+    pub uring: bool,
 }
 
 /// Request threads unless `threads=` says otherwise: one per core, and at least two.
@@ -59,6 +65,7 @@ impl Default for FuseOptions {
             owner_wait_secs: 0,
             blkdev: true,
             request_threads: default_request_threads(),
+            uring: false,
         }
     }
 }
@@ -122,6 +129,8 @@ impl FuseOptions {
             "remount" => self.remount = true,
             "blkdev" => self.blkdev = true,
             "noblkdev" => self.blkdev = false,
+            "fuse_uring" => self.uring = true,
+            "nofuse_uring" => self.uring = false,
             o if o.starts_with("owner_wait=") => {
                 let secs = &o["owner_wait=".len()..];
                 self.owner_wait_secs = secs.parse().map_err(|_| {
@@ -153,7 +162,10 @@ impl FuseOptions {
                     self.fs.apply(o)?;
                 }
             }
-            o if o.starts_with("allow_other=") || o.starts_with("writeback_cache=") => {
+            o if o.starts_with("allow_other=")
+                || o.starts_with("writeback_cache=")
+                || o.starts_with("fuse_uring=") =>
+            {
                 return Err(FsError::Invalid(format!("option {o:?} takes no value")));
             }
             o => self.fs.apply(o)?,
@@ -180,6 +192,9 @@ mod tests {
         assert_eq!(o.vfs_flags, vec!["nosuid", "defaults"]);
         assert_eq!(o.request_threads, default_request_threads());
         assert_eq!(FuseOptions::parse("threads=2").unwrap().request_threads, 2);
+        assert!(!o.uring);
+        assert!(FuseOptions::parse("fuse_uring").unwrap().uring);
+        assert!(!FuseOptions::parse("fuse_uring,nofuse_uring").unwrap().uring);
         let r = FuseOptions::parse("remount,ro,owner_wait=10").unwrap();
         assert!(r.remount && r.fs.read_only);
         assert_eq!(r.owner_wait_secs, 10);
@@ -197,6 +212,7 @@ mod tests {
             ("colour=red", "colour"),
             ("commit=soon", "soon"),
             ("allow_other=1", "allow_other"),
+            ("fuse_uring=yes", "fuse_uring"),
             ("owner_wait=soon", "owner_wait=soon"),
             ("threads=0", "threads=0"),
             ("threads=many", "threads=many"),

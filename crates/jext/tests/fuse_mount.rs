@@ -211,137 +211,135 @@ fn with_shared_map<R>(path: &Path, len: usize, write: bool, f: impl FnOnce(&mut 
 
 #[test]
 fn a_random_exerciser_agrees_with_its_model_through_the_mount() {
-    if !can_mount() {
-        return;
-    }
-    for (seed, options) in [
-        (1u64, "data=ordered"),
-        (2, "data=journal,writeback_cache"),
-        (3, "data=writeback"),
-    ] {
-        let s = Scratch::new(&format!("model{seed}"));
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut model = Model::new();
-        mount(&s, options);
-        let work = s.mnt().join("work");
-        fs::create_dir(&work).unwrap();
-        exercise(&mut model, &work, &mut rng, 600);
-        check_against(&model, &work);
-        umount(&s);
-        e2fsck_clean(&s.image());
-        mount(&s, options);
-        check_against(&model, &work);
-        umount(&s);
-    }
+    on_each_transport(|| {
+        for (seed, options) in [
+            (1u64, "data=ordered"),
+            (2, "data=journal,writeback_cache"),
+            (3, "data=writeback"),
+        ] {
+            let s = Scratch::new(&format!("model{seed}"));
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut model = Model::new();
+            mount(&s, options);
+            let work = s.mnt().join("work");
+            fs::create_dir(&work).unwrap();
+            exercise(&mut model, &work, &mut rng, 600);
+            check_against(&model, &work);
+            umount(&s);
+            e2fsck_clean(&s.image());
+            mount(&s, options);
+            check_against(&model, &work);
+            umount(&s);
+        }
+    });
 }
 
 #[test]
 fn posix_corners_behave_as_on_ext4() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("posix");
-    mount(&s, "");
-    let m = s.mnt();
-    fs::write(m.join("a"), b"one").unwrap();
-    fs::hard_link(m.join("a"), m.join("b")).unwrap();
-    std::os::unix::fs::symlink("a", m.join("s")).unwrap();
-    assert_eq!(fs::read_link(m.join("s")).unwrap(), Path::new("a"));
-    assert_eq!(
-        fs::metadata(m.join("a"))
-            .map(|md| std::os::unix::fs::MetadataExt::nlink(&md))
-            .unwrap(),
-        2
-    );
-    // An open, unlinked file lives until closed.
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(m.join("a"))
-        .unwrap();
-    fs::remove_file(m.join("a")).unwrap();
-    fs::remove_file(m.join("b")).unwrap();
-    f.write_all_at(b"still here", 0).unwrap();
-    let mut buf = [0u8; 10];
-    f.read_exact_at(&mut buf, 0).unwrap();
-    assert_eq!(&buf, b"still here");
-    drop(f);
-    // chattr's flags, nanosecond times, a fifo.
-    let ok = |c: &mut Command| assert!(c.status().unwrap().success());
-    fs::write(m.join("x"), b"x").unwrap();
-    ok(Command::new("touch")
-        .args(["-d", "2020-01-02 03:04:05.123456789"])
-        .arg(m.join("x")));
-    let mtime = fs::metadata(m.join("x")).unwrap().modified().unwrap();
-    let nanos = mtime
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    assert_eq!(nanos, 123_456_789);
-    // (`j` needs CAP_SYS_RESOURCE: `chattr_j_is_inherited_and_switches_through_the_mount`.)
-    ok(Command::new("chattr").arg("+d").arg(m.join("x")));
-    let lsattr = Command::new("lsattr").arg(m.join("x")).output().unwrap();
-    assert!(String::from_utf8_lossy(&lsattr.stdout).contains('d'));
-    // Immutable and append-only, enforced as the kernel enforces them on ext4.
-    ok(Command::new("chattr").arg("+i").arg(m.join("x")));
-    let denied =
-        |r: std::io::Result<()>| assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EPERM));
-    denied(fs::write(m.join("x"), b"no").map(drop));
-    denied(fs::remove_file(m.join("x")));
-    denied(fs::rename(m.join("x"), m.join("y")));
-    ok(Command::new("chattr").arg("-i").arg(m.join("x")));
-    ok(Command::new("chattr").arg("+a").arg(m.join("x")));
-    denied(fs::write(m.join("x"), b"no").map(drop));
-    let appender = OpenOptions::new().append(true).open(m.join("x")).unwrap();
-    std::io::Write::write_all(&mut &appender, b"more").unwrap();
-    drop(appender);
-    ok(Command::new("chattr").arg("-a").arg(m.join("x")));
-    assert_eq!(fs::read(m.join("x")).unwrap(), b"xmore");
-    // SEEK_DATA and SEEK_HOLE see a hole between two written ranges, before and after
-    // writeback allocates them.
-    let sparse = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(m.join("sparse"))
-        .unwrap();
-    sparse.write_all_at(&[7u8; 4096], 0).unwrap();
-    sparse.write_all_at(&[8u8; 4096], 1 << 20).unwrap();
-    for _ in 0..2 {
-        assert_eq!(seek(&sparse, 0, libc::SEEK_HOLE), 4096);
-        assert_eq!(seek(&sparse, 4096, libc::SEEK_DATA), 1 << 20);
+    on_each_transport(|| {
+        let s = Scratch::new("posix");
+        mount(&s, "");
+        let m = s.mnt();
+        fs::write(m.join("a"), b"one").unwrap();
+        fs::hard_link(m.join("a"), m.join("b")).unwrap();
+        std::os::unix::fs::symlink("a", m.join("s")).unwrap();
+        assert_eq!(fs::read_link(m.join("s")).unwrap(), Path::new("a"));
         assert_eq!(
-            seek(&sparse, (1 << 20) + 4096, libc::SEEK_DATA),
-            -libc::ENXIO as i64
+            fs::metadata(m.join("a"))
+                .map(|md| std::os::unix::fs::MetadataExt::nlink(&md))
+                .unwrap(),
+            2
         );
-        sparse.sync_all().unwrap();
-    }
-    drop(sparse);
-    ok(Command::new("mkfifo").arg(m.join("fifo")));
-    // Rename flags: exchange swaps, no-replace refuses.
-    fs::write(m.join("p"), b"p").unwrap();
-    fs::write(m.join("q"), b"q").unwrap();
-    assert_eq!(
-        rename2(&m.join("p"), &m.join("q"), libc::RENAME_EXCHANGE),
-        0
-    );
-    assert_eq!(
-        rename2(&m.join("p"), &m.join("q"), libc::RENAME_NOREPLACE),
-        libc::EEXIST
-    );
-    assert_eq!(fs::read(m.join("p")).unwrap(), b"q");
-    umount(&s);
-    e2fsck_clean(&s.image());
-    let flags = Command::new("debugfs")
-        .args(["-R", "stat /x"])
-        .arg(s.image())
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&flags.stdout).contains("Flags: 0x80040"),
-        "the d flag is stored as ext4 stores it"
-    );
+        // An open, unlinked file lives until closed.
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(m.join("a"))
+            .unwrap();
+        fs::remove_file(m.join("a")).unwrap();
+        fs::remove_file(m.join("b")).unwrap();
+        f.write_all_at(b"still here", 0).unwrap();
+        let mut buf = [0u8; 10];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"still here");
+        drop(f);
+        // chattr's flags, nanosecond times, a fifo.
+        let ok = |c: &mut Command| assert!(c.status().unwrap().success());
+        fs::write(m.join("x"), b"x").unwrap();
+        ok(Command::new("touch")
+            .args(["-d", "2020-01-02 03:04:05.123456789"])
+            .arg(m.join("x")));
+        let mtime = fs::metadata(m.join("x")).unwrap().modified().unwrap();
+        let nanos = mtime
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        assert_eq!(nanos, 123_456_789);
+        // (`j` needs CAP_SYS_RESOURCE: `chattr_j_is_inherited_and_switches_through_the_mount`.)
+        ok(Command::new("chattr").arg("+d").arg(m.join("x")));
+        let lsattr = Command::new("lsattr").arg(m.join("x")).output().unwrap();
+        assert!(String::from_utf8_lossy(&lsattr.stdout).contains('d'));
+        // Immutable and append-only, enforced as the kernel enforces them on ext4.
+        ok(Command::new("chattr").arg("+i").arg(m.join("x")));
+        let denied =
+            |r: std::io::Result<()>| assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EPERM));
+        denied(fs::write(m.join("x"), b"no").map(drop));
+        denied(fs::remove_file(m.join("x")));
+        denied(fs::rename(m.join("x"), m.join("y")));
+        ok(Command::new("chattr").arg("-i").arg(m.join("x")));
+        ok(Command::new("chattr").arg("+a").arg(m.join("x")));
+        denied(fs::write(m.join("x"), b"no").map(drop));
+        let appender = OpenOptions::new().append(true).open(m.join("x")).unwrap();
+        std::io::Write::write_all(&mut &appender, b"more").unwrap();
+        drop(appender);
+        ok(Command::new("chattr").arg("-a").arg(m.join("x")));
+        assert_eq!(fs::read(m.join("x")).unwrap(), b"xmore");
+        // SEEK_DATA and SEEK_HOLE see a hole between two written ranges, before and after
+        // writeback allocates them.
+        let sparse = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(m.join("sparse"))
+            .unwrap();
+        sparse.write_all_at(&[7u8; 4096], 0).unwrap();
+        sparse.write_all_at(&[8u8; 4096], 1 << 20).unwrap();
+        for _ in 0..2 {
+            assert_eq!(seek(&sparse, 0, libc::SEEK_HOLE), 4096);
+            assert_eq!(seek(&sparse, 4096, libc::SEEK_DATA), 1 << 20);
+            assert_eq!(
+                seek(&sparse, (1 << 20) + 4096, libc::SEEK_DATA),
+                -libc::ENXIO as i64
+            );
+            sparse.sync_all().unwrap();
+        }
+        drop(sparse);
+        ok(Command::new("mkfifo").arg(m.join("fifo")));
+        // Rename flags: exchange swaps, no-replace refuses.
+        fs::write(m.join("p"), b"p").unwrap();
+        fs::write(m.join("q"), b"q").unwrap();
+        assert_eq!(
+            rename2(&m.join("p"), &m.join("q"), libc::RENAME_EXCHANGE),
+            0
+        );
+        assert_eq!(
+            rename2(&m.join("p"), &m.join("q"), libc::RENAME_NOREPLACE),
+            libc::EEXIST
+        );
+        assert_eq!(fs::read(m.join("p")).unwrap(), b"q");
+        umount(&s);
+        e2fsck_clean(&s.image());
+        let flags = Command::new("debugfs")
+            .args(["-R", "stat /x"])
+            .arg(s.image())
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&flags.stdout).contains("Flags: 0x80040"),
+            "the d flag is stored as ext4 stores it"
+        );
+    });
 }
 
 /// `lseek`, for the whence values std does not name; the offset, or minus the errno.
@@ -354,95 +352,94 @@ fn posix_corners_behave_as_on_ext4() {
 /// library on the unmounted image instead (said on stderr).
 #[test]
 fn chattr_j_is_inherited_and_switches_through_the_mount() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("chattr-j");
-    let capable = has_capability(CAP_SYS_RESOURCE);
-    if !capable {
-        eprintln!(
-            "SKIPPED part: chattr +j/-j through the mount needs CAP_SYS_RESOURCE, which this \
+    on_each_transport(|| {
+        let s = Scratch::new("chattr-j");
+        let capable = has_capability(CAP_SYS_RESOURCE);
+        if !capable {
+            eprintln!(
+                "SKIPPED part: chattr +j/-j through the mount needs CAP_SYS_RESOURCE, which this \
              process lacks (as ext4, jext refuses it); checking the refusal and setting the \
              flag through the library instead"
-        );
-    }
-    mount(&s, "");
-    let m = s.mnt();
-    let refused = |path: &Path, flag: &str| {
-        let out = Command::new("chattr").arg(flag).arg(path).output().unwrap();
-        assert!(
-            !out.status.success(),
-            "chattr {flag} without CAP_SYS_RESOURCE"
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("not permitted"), "{stderr}");
-    };
-    let ok = |c: &mut Command| assert!(c.status().unwrap().success());
-    let lsattr = |p: &Path| {
-        let out = Command::new("lsattr").arg("-d").arg(p).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        text.split_whitespace().next().unwrap_or("").to_string()
-    };
-    fs::create_dir(m.join("logs")).unwrap();
-    if capable {
-        ok(Command::new("chattr").arg("+j").arg(m.join("logs")));
-    } else {
-        refused(&m.join("logs"), "+j");
-        umount(&s);
-        set_journal_flag_offline(&s.image(), "/logs", true);
+            );
+        }
         mount(&s, "");
-    }
-    assert!(lsattr(&m.join("logs")).contains('j'));
-    let journal = m.join("logs/rollback");
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&journal)
-        .unwrap();
-    assert!(
-        lsattr(&journal).contains('j'),
-        "inherited from the directory"
-    );
-    f.write_all_at(&[0x5a; 64 << 10], 0).unwrap();
-    f.sync_all().unwrap();
-    fs::write(m.join("plain"), b"ordered").unwrap();
-    assert!(!lsattr(&m.join("plain")).contains('j'));
-    let f = if capable {
-        ok(Command::new("chattr").arg("-j").arg(&journal));
-        f
-    } else {
-        refused(&journal, "-j");
-        drop(f);
-        umount(&s);
-        set_journal_flag_offline(&s.image(), "/logs/rollback", false);
-        mount(&s, "");
-        OpenOptions::new().write(true).open(&journal).unwrap()
-    };
-    assert!(!lsattr(&journal).contains('j'));
-    f.write_all_at(&[0xa5; 4096], 0).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-    let data = fs::read(&journal).unwrap();
-    assert!(data[..4096].iter().all(|&b| b == 0xa5) && data[4096..].iter().all(|&b| b == 0x5a));
-    umount(&s);
-    e2fsck_clean(&s.image());
-    let stat = |path: &str| {
-        let out = Command::new("debugfs")
-            .args(["-R", &format!("stat {path}")])
-            .arg(s.image())
-            .output()
+        let m = s.mnt();
+        let refused = |path: &Path, flag: &str| {
+            let out = Command::new("chattr").arg(flag).arg(path).output().unwrap();
+            assert!(
+                !out.status.success(),
+                "chattr {flag} without CAP_SYS_RESOURCE"
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("not permitted"), "{stderr}");
+        };
+        let ok = |c: &mut Command| assert!(c.status().unwrap().success());
+        let lsattr = |p: &Path| {
+            let out = Command::new("lsattr").arg("-d").arg(p).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            text.split_whitespace().next().unwrap_or("").to_string()
+        };
+        fs::create_dir(m.join("logs")).unwrap();
+        if capable {
+            ok(Command::new("chattr").arg("+j").arg(m.join("logs")));
+        } else {
+            refused(&m.join("logs"), "+j");
+            umount(&s);
+            set_journal_flag_offline(&s.image(), "/logs", true);
+            mount(&s, "");
+        }
+        assert!(lsattr(&m.join("logs")).contains('j'));
+        let journal = m.join("logs/rollback");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&journal)
             .unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
-    assert!(
-        stat("/logs").contains("Flags: 0x84000"),
-        "the directory keeps j"
-    );
-    assert!(
-        stat("/logs/rollback").contains("Flags: 0x80000"),
-        "the file lost j"
-    );
+        assert!(
+            lsattr(&journal).contains('j'),
+            "inherited from the directory"
+        );
+        f.write_all_at(&[0x5a; 64 << 10], 0).unwrap();
+        f.sync_all().unwrap();
+        fs::write(m.join("plain"), b"ordered").unwrap();
+        assert!(!lsattr(&m.join("plain")).contains('j'));
+        let f = if capable {
+            ok(Command::new("chattr").arg("-j").arg(&journal));
+            f
+        } else {
+            refused(&journal, "-j");
+            drop(f);
+            umount(&s);
+            set_journal_flag_offline(&s.image(), "/logs/rollback", false);
+            mount(&s, "");
+            OpenOptions::new().write(true).open(&journal).unwrap()
+        };
+        assert!(!lsattr(&journal).contains('j'));
+        f.write_all_at(&[0xa5; 4096], 0).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        let data = fs::read(&journal).unwrap();
+        assert!(data[..4096].iter().all(|&b| b == 0xa5) && data[4096..].iter().all(|&b| b == 0x5a));
+        umount(&s);
+        e2fsck_clean(&s.image());
+        let stat = |path: &str| {
+            let out = Command::new("debugfs")
+                .args(["-R", &format!("stat {path}")])
+                .arg(s.image())
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).to_string()
+        };
+        assert!(
+            stat("/logs").contains("Flags: 0x84000"),
+            "the directory keeps j"
+        );
+        assert!(
+            stat("/logs/rollback").contains("Flags: 0x80000"),
+            "the file lost j"
+        );
+    });
 }
 
 fn seek(file: &fs::File, offset: i64, whence: i32) -> i64 {
@@ -480,35 +477,34 @@ fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> i32 {
 
 #[test]
 fn a_killed_daemon_loses_nothing_it_fsynced() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("kill");
-    let daemon = foreground_daemon(&s, "");
-    let mut synced = Model::new();
-    for i in 0..40 {
-        let name = format!("s{i}");
-        let data: Vec<u8> = (0..(i * 997 + 10)).map(|b| (b * 7 + i) as u8).collect();
-        let f = fs::File::create(s.mnt().join(&name)).unwrap();
-        f.write_all_at(&data, 0).unwrap();
-        f.sync_all().unwrap();
-        synced.insert(name, data);
-    }
-    // Unsynced work in flight when the daemon dies.
-    for i in 0..20 {
-        fs::write(s.mnt().join(format!("u{i}")), vec![1u8; 5000]).unwrap();
-    }
-    kill_daemon(daemon);
-    unmount_dead(&s);
-    mount(&s, "");
-    for (name, data) in &synced {
-        assert!(
-            fs::read(s.mnt().join(name)).unwrap() == *data,
-            "{name} was fsync'd but differs"
-        );
-    }
-    umount(&s);
-    e2fsck_clean(&s.image());
+    on_each_transport(|| {
+        let s = Scratch::new("kill");
+        let daemon = foreground_daemon(&s, "");
+        let mut synced = Model::new();
+        for i in 0..40 {
+            let name = format!("s{i}");
+            let data: Vec<u8> = (0..(i * 997 + 10)).map(|b| (b * 7 + i) as u8).collect();
+            let f = fs::File::create(s.mnt().join(&name)).unwrap();
+            f.write_all_at(&data, 0).unwrap();
+            f.sync_all().unwrap();
+            synced.insert(name, data);
+        }
+        // Unsynced work in flight when the daemon dies.
+        for i in 0..20 {
+            fs::write(s.mnt().join(format!("u{i}")), vec![1u8; 5000]).unwrap();
+        }
+        kill_daemon(daemon);
+        unmount_dead(&s);
+        mount(&s, "");
+        for (name, data) in &synced {
+            assert!(
+                fs::read(s.mnt().join(name)).unwrap() == *data,
+                "{name} was fsync'd but differs"
+            );
+        }
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
 }
 
 #[test]
@@ -564,11 +560,10 @@ fn mount_t_fuse_jext_goes_through_the_helper() {
 /// any file system, Linux ext4 included.)
 #[test]
 fn a_daemon_killed_mid_workload_recovers_every_program() {
-    if !can_mount() {
-        return;
-    }
-    let committed_log = std::env::temp_dir().join(format!("jext-kill-log-{}", std::process::id()));
-    let workloads = [
+    on_each_transport(|| {
+        let committed_log =
+            std::env::temp_dir().join(format!("jext-kill-log-{}", std::process::id()));
+        let workloads = [
         ("cp", "while true; do cp -a /usr/share/doc tree.$RANDOM || exit 1; done".to_string()),
         (
             "git",
@@ -588,51 +583,52 @@ fn a_daemon_killed_mid_workload_recovers_every_program() {
             ),
         ),
     ];
-    for (name, script) in workloads {
-        let s = Scratch::new(&format!("kill-{name}"));
-        let daemon = foreground_daemon(&s, "");
-        let mut workload = Command::new("sh")
-            .args(["-c", &script])
-            .current_dir(s.mnt())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
-        assert!(
-            workload.try_wait().unwrap().is_none(),
-            "{name}: the workload ended before the kill"
-        );
-        kill_daemon(daemon);
-        workload.wait().unwrap();
-        unmount_dead(&s);
-        mount(&s, "");
-        if name == "sqlite" {
-            let last: u64 =
-                fs::read_to_string(&committed_log).map_or(0, |t| t.trim().parse().unwrap_or(0));
-            let query = |sql: &str| {
-                let out = Command::new("sqlite3")
-                    .arg(s.mnt().join("db"))
-                    .arg(sql)
-                    .output()
-                    .unwrap();
-                String::from_utf8_lossy(&out.stdout).trim().to_string()
-            };
-            assert_eq!(
-                query("PRAGMA integrity_check"),
-                "ok",
-                "sqlite after the kill"
-            );
-            let rows: u64 = query("select count(*) from t").parse().unwrap();
+        for (name, script) in workloads {
+            let s = Scratch::new(&format!("kill-{name}"));
+            let daemon = foreground_daemon(&s, "");
+            let mut workload = Command::new("sh")
+                .args(["-c", &script])
+                .current_dir(s.mnt())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(1500));
             assert!(
-                rows >= last && last > 0,
-                "{rows} rows, but {last} were committed"
+                workload.try_wait().unwrap().is_none(),
+                "{name}: the workload ended before the kill"
             );
+            kill_daemon(daemon);
+            workload.wait().unwrap();
+            unmount_dead(&s);
+            mount(&s, "");
+            if name == "sqlite" {
+                let last: u64 =
+                    fs::read_to_string(&committed_log).map_or(0, |t| t.trim().parse().unwrap_or(0));
+                let query = |sql: &str| {
+                    let out = Command::new("sqlite3")
+                        .arg(s.mnt().join("db"))
+                        .arg(sql)
+                        .output()
+                        .unwrap();
+                    String::from_utf8_lossy(&out.stdout).trim().to_string()
+                };
+                assert_eq!(
+                    query("PRAGMA integrity_check"),
+                    "ok",
+                    "sqlite after the kill"
+                );
+                let rows: u64 = query("select count(*) from t").parse().unwrap();
+                assert!(
+                    rows >= last && last > 0,
+                    "{rows} rows, but {last} were committed"
+                );
+            }
+            umount(&s);
+            e2fsck_clean(&s.image());
         }
-        umount(&s);
-        e2fsck_clean(&s.image());
-    }
-    let _ = fs::remove_file(&committed_log);
+        let _ = fs::remove_file(&committed_log);
+    });
 }
 
 /// What pjdfstest's configuration enables: the features Linux ext4 has, and two system
@@ -719,27 +715,33 @@ fn pjdfstest_passes_on_jext_what_it_passes_on_ext4() {
     let (on_ext4, ext4_summary) = pjdfstest(&config, &ext4_mnt);
     let _ = Command::new("umount").arg(&ext4_mnt).status();
 
-    mount(&s, "allow_other,default_permissions");
-    let (on_jext, jext_summary) = pjdfstest(&config, &s.mnt());
-    umount(&s);
-    e2fsck_clean(&s.image());
-    eprintln!("pjdfstest on ext4: {ext4_summary}\npjdfstest on jext: {jext_summary}");
     assert!(on_ext4.len() > 300, "pjdfstest ran on ext4: {ext4_summary}");
-    let passed = |v: &BTreeMap<String, String>| v.values().filter(|r| *r == "ok").count();
-    let missing: Vec<String> = on_ext4
-        .iter()
-        .filter(|(_, v)| *v == "ok")
-        .filter(|(name, _)| {
-            let jext = on_jext.get(*name).map(String::as_str);
-            jext != Some("ok") && !(*name == "link::link_count_max" && jext == Some("skipped"))
-        })
-        .map(|(name, _)| format!("{name}: {:?}", on_jext.get(name)))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "pass on ext4, not on jext: {missing:#?}"
-    );
-    assert!(passed(&on_jext) + 1 >= passed(&on_ext4));
+    on_each_transport(|| {
+        let s = Scratch::new("pjdfstest-jext");
+        mount(&s, "allow_other,default_permissions");
+        let (on_jext, jext_summary) = pjdfstest(&config, &s.mnt());
+        umount(&s);
+        e2fsck_clean(&s.image());
+        eprintln!(
+            "pjdfstest on ext4: {ext4_summary}\npjdfstest on jext ({}): {jext_summary}",
+            transport_name()
+        );
+        let passed = |v: &BTreeMap<String, String>| v.values().filter(|r| *r == "ok").count();
+        let missing: Vec<String> = on_ext4
+            .iter()
+            .filter(|(_, v)| *v == "ok")
+            .filter(|(name, _)| {
+                let jext = on_jext.get(*name).map(String::as_str);
+                jext != Some("ok") && !(*name == "link::link_count_max" && jext == Some("skipped"))
+            })
+            .map(|(name, _)| format!("{name}: {:?}", on_jext.get(name)))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "pass on ext4, not on jext: {missing:#?}"
+        );
+        assert!(passed(&on_jext) + 1 >= passed(&on_ext4));
+    });
 }
 
 /// No mount, loop device or image of a `jext bench` whose scratch directory was `images`.
@@ -843,42 +845,41 @@ fn an_interrupted_bench_tears_down_what_it_set_up() {
 
 #[test]
 fn jext_sync_makes_unsynced_writes_durable() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("sync");
-    // No timer commit during the test, and data held in the kernel's page cache: only
-    // `jext sync` can make the first writes durable.
-    let daemon = foreground_daemon(&s, "commit=3600,writeback_cache");
-    let synced: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-    fs::write(s.mnt().join("synced"), &synced).unwrap();
-    fs::create_dir(s.mnt().join("dir")).unwrap();
-    fs::write(s.mnt().join("dir/inner"), b"inner").unwrap();
-    jext(&["sync", s.mnt().to_str().unwrap()]);
-    fs::write(s.mnt().join("unsynced"), b"lost with the daemon").unwrap();
+    on_each_transport(|| {
+        let s = Scratch::new("sync");
+        // No timer commit during the test, and data held in the kernel's page cache: only
+        // `jext sync` can make the first writes durable.
+        let daemon = foreground_daemon(&s, "commit=3600,writeback_cache");
+        let synced: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        fs::write(s.mnt().join("synced"), &synced).unwrap();
+        fs::create_dir(s.mnt().join("dir")).unwrap();
+        fs::write(s.mnt().join("dir/inner"), b"inner").unwrap();
+        jext(&["sync", s.mnt().to_str().unwrap()]);
+        fs::write(s.mnt().join("unsynced"), b"lost with the daemon").unwrap();
 
-    kill_daemon(daemon);
-    unmount_dead(&s);
-    let image = s.image();
-    let image = image.to_str().unwrap();
-    let read_back = Command::new(JEXT)
-        .args(["cat", image, "/synced"])
-        .output()
-        .unwrap();
-    assert!(
-        read_back.stdout == synced,
-        "the synced file differs after the crash"
-    );
-    assert_eq!(jext(&["cat", image, "/dir/inner"]), "inner");
-    // Proof the check can fail: what was written after the sync did not survive.
-    let ls = jext(&["ls", image, "/"]);
-    assert!(!ls.contains("unsynced"), "{ls}");
-    mount(&s, "");
-    umount(&s);
-    e2fsck_clean(&s.image());
+        kill_daemon(daemon);
+        unmount_dead(&s);
+        let image = s.image();
+        let image = image.to_str().unwrap();
+        let read_back = Command::new(JEXT)
+            .args(["cat", image, "/synced"])
+            .output()
+            .unwrap();
+        assert!(
+            read_back.stdout == synced,
+            "the synced file differs after the crash"
+        );
+        assert_eq!(jext(&["cat", image, "/dir/inner"]), "inner");
+        // Proof the check can fail: what was written after the sync did not survive.
+        let ls = jext(&["ls", image, "/"]);
+        assert!(!ls.contains("unsynced"), "{ls}");
+        mount(&s, "");
+        umount(&s);
+        e2fsck_clean(&s.image());
 
-    let not_jext = Command::new(JEXT).args(["sync", "/tmp"]).output().unwrap();
-    assert!(!not_jext.status.success());
-    let said = String::from_utf8_lossy(&not_jext.stderr);
-    assert!(said.contains("no jext daemon answers for /tmp"), "{said}");
+        let not_jext = Command::new(JEXT).args(["sync", "/tmp"]).output().unwrap();
+        assert!(!not_jext.status.success());
+        let said = String::from_utf8_lossy(&not_jext.stderr);
+        assert!(said.contains("no jext daemon answers for /tmp"), "{said}");
+    });
 }

@@ -66,77 +66,75 @@ fn mount_line(mnt: &Path) -> String {
 /// same inode numbers and lose one of two fsync'd files.
 #[test]
 fn a_second_mount_shares_the_file_system_and_other_writers_are_refused() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("owner");
-    mount(&s, "");
-    let second = s.dir.join("second");
-    fs::create_dir_all(&second).unwrap();
-    jext(&["mount", p(&s.image()), p(&second)]);
-    let data: Vec<u8> = (0..32u32 << 20).map(|i| (i % 253) as u8).collect();
-    let f = fs::File::create(s.mnt().join("big")).unwrap();
-    f.write_all_at(&data, 0).unwrap();
-    f.sync_all().unwrap();
-    drop(f);
-    fs::write(second.join("small"), b"through the second mount point").unwrap();
-    assert!(
-        fs::read(second.join("big")).unwrap() == data,
-        "one file system"
-    );
-    let src = s.dir.join("src");
-    fs::write(&src, b"x").unwrap();
-    let out = sh(JEXT, &["put", p(&src), p(&s.image()), "/put"]);
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a second writer was let in");
-    assert!(
-        said.contains("in use") && said.contains("pid "),
-        "the refusal names the daemon: {said}"
-    );
-    umount(&s);
-    assert_eq!(
-        fs::read(second.join("small")).unwrap(),
-        b"through the second mount point",
-        "the daemon serves on while a mount point remains"
-    );
-    jext(&["umount", p(&second)]);
-    e2fsck_clean(&s.image());
-    mount(&s, "");
-    assert!(fs::read(s.mnt().join("big")).unwrap() == data);
-    assert!(s.mnt().join("small").exists());
-    umount(&s);
+    on_each_transport(|| {
+        let s = Scratch::new("owner");
+        mount(&s, "");
+        let second = s.dir.join("second");
+        fs::create_dir_all(&second).unwrap();
+        jext(&["mount", p(&s.image()), p(&second)]);
+        let data: Vec<u8> = (0..32u32 << 20).map(|i| (i % 253) as u8).collect();
+        let f = fs::File::create(s.mnt().join("big")).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        fs::write(second.join("small"), b"through the second mount point").unwrap();
+        assert!(
+            fs::read(second.join("big")).unwrap() == data,
+            "one file system"
+        );
+        let src = s.dir.join("src");
+        fs::write(&src, b"x").unwrap();
+        let out = sh(JEXT, &["put", p(&src), p(&s.image()), "/put"]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "a second writer was let in");
+        assert!(
+            said.contains("in use") && said.contains("pid "),
+            "the refusal names the daemon: {said}"
+        );
+        umount(&s);
+        assert_eq!(
+            fs::read(second.join("small")).unwrap(),
+            b"through the second mount point",
+            "the daemon serves on while a mount point remains"
+        );
+        jext(&["umount", p(&second)]);
+        e2fsck_clean(&s.image());
+        mount(&s, "");
+        assert!(fs::read(s.mnt().join("big")).unwrap() == data);
+        assert!(s.mnt().join("small").exists());
+        umount(&s);
+    });
 }
 
 /// The issue's scenario: `umount` returning before the daemon's checkpoint let a new mount
 /// race the old daemon and e2fsck see half-written counts.
 #[test]
 fn plain_umount_leaves_a_clean_image_fifty_times_over() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("cycles");
-    mount(&s, "");
-    assert!(
-        mount_line(&s.mnt()).contains("fuseblk.jext"),
-        "mounted as fuseblk: {}",
-        mount_line(&s.mnt())
-    );
-    for cycle in 0..50u32 {
-        let data: Vec<u8> = (0..32u32 << 20)
-            .map(|i| (i.wrapping_mul(31) ^ cycle) as u8)
-            .collect();
-        let name = format!("c{}", cycle % 3);
-        fs::write(s.mnt().join(&name), &data).unwrap();
-        kernel_umount(&s.mnt(), &[]);
-        e2fsck_clean(&s.image());
+    on_each_transport(|| {
+        let s = Scratch::new("cycles");
         mount(&s, "");
         assert!(
-            fs::read(s.mnt().join(&name)).unwrap() == data,
-            "cycle {cycle}: {name} differs after umount and mount"
+            mount_line(&s.mnt()).contains("fuseblk.jext"),
+            "mounted as fuseblk: {}",
+            mount_line(&s.mnt())
         );
-    }
-    umount(&s);
-    e2fsck_clean(&s.image());
+        for cycle in 0..50u32 {
+            let data: Vec<u8> = (0..32u32 << 20)
+                .map(|i| (i.wrapping_mul(31) ^ cycle) as u8)
+                .collect();
+            let name = format!("c{}", cycle % 3);
+            fs::write(s.mnt().join(&name), &data).unwrap();
+            kernel_umount(&s.mnt(), &[]);
+            e2fsck_clean(&s.image());
+            mount(&s, "");
+            assert!(
+                fs::read(s.mnt().join(&name)).unwrap() == data,
+                "cycle {cycle}: {name} differs after umount and mount"
+            );
+        }
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
 }
 
 /// A plain `fuse` mount's `umount` returns before its daemon has checkpointed; a mount of
@@ -144,165 +142,161 @@ fn plain_umount_leaves_a_clean_image_fifty_times_over() {
 /// kernel mount waits for an unmount of its device; fstests generic/604).
 #[test]
 fn a_mount_racing_an_unmount_waits_for_the_daemon() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("race");
-    for round in 0..5u32 {
-        mount(&s, "noblkdev");
-        let data = vec![round as u8 + 1; 16 << 20];
-        fs::write(s.mnt().join("f"), &data).unwrap();
-        // The kernel's own unmount, not `jext umount`, which would wait.
-        kernel_umount(&s.mnt(), &["-i"]);
-        mount(&s, "noblkdev");
-        assert!(
-            fs::read(s.mnt().join("f")).unwrap() == data,
-            "round {round}"
-        );
-        umount(&s);
-    }
-    e2fsck_clean(&s.image());
+    on_each_transport(|| {
+        let s = Scratch::new("race");
+        for round in 0..5u32 {
+            mount(&s, "noblkdev");
+            let data = vec![round as u8 + 1; 16 << 20];
+            fs::write(s.mnt().join("f"), &data).unwrap();
+            // The kernel's own unmount, not `jext umount`, which would wait.
+            kernel_umount(&s.mnt(), &["-i"]);
+            mount(&s, "noblkdev");
+            assert!(
+                fs::read(s.mnt().join("f")).unwrap() == data,
+                "round {round}"
+            );
+            umount(&s);
+        }
+        e2fsck_clean(&s.image());
+    });
 }
 
 /// `sync` (and `syncfs` on the mount) reach the daemon: what was written before survives
 /// SIGKILL of the daemon, what came after does not.
 #[test]
 fn sync_reaches_the_daemon() {
-    if !can_mount() {
-        return;
-    }
-    for (how, args) in [("sync", vec![]), ("sync -f", vec!["-f"])] {
-        let s = Scratch::new(&format!("sync{}", args.len()));
-        let daemon = foreground_daemon(&s, "commit=3600,writeback_cache");
-        let synced: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        fs::write(s.mnt().join("synced"), &synced).unwrap();
-        let mut sync_args = args.clone();
-        let mnt = s.mnt();
-        sync_args.push(p(&mnt));
-        ok("sync", if args.is_empty() { &[] } else { &sync_args });
-        fs::write(s.mnt().join("unsynced"), b"lost with the daemon").unwrap();
-        kill_daemon(daemon);
-        unmount_dead(&s);
-        let image = s.image();
-        let read_back = sh(JEXT, &["cat", p(&image), "/synced"]);
-        assert!(read_back.stdout == synced, "{how}: the synced file differs");
-        let ls = ok(JEXT, &["ls", p(&image), "/"]);
-        assert!(!ls.contains("unsynced"), "{how}: {ls}");
-    }
+    on_each_transport(|| {
+        for (how, args) in [("sync", vec![]), ("sync -f", vec!["-f"])] {
+            let s = Scratch::new(&format!("sync{}", args.len()));
+            let daemon = foreground_daemon(&s, "commit=3600,writeback_cache");
+            let synced: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            fs::write(s.mnt().join("synced"), &synced).unwrap();
+            let mut sync_args = args.clone();
+            let mnt = s.mnt();
+            sync_args.push(p(&mnt));
+            ok("sync", if args.is_empty() { &[] } else { &sync_args });
+            fs::write(s.mnt().join("unsynced"), b"lost with the daemon").unwrap();
+            kill_daemon(daemon);
+            unmount_dead(&s);
+            let image = s.image();
+            let read_back = sh(JEXT, &["cat", p(&image), "/synced"]);
+            assert!(read_back.stdout == synced, "{how}: the synced file differs");
+            let ls = ok(JEXT, &["ls", p(&image), "/"]);
+            assert!(!ls.contains("unsynced"), "{how}: {ls}");
+        }
+    });
 }
 
 #[test]
 fn remount_read_only_and_back() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("remount");
-    mount(&s, "");
-    let f = fs::File::create(s.mnt().join("written")).unwrap();
-    f.write_all_at(&[5u8; 200_000], 0).unwrap();
-    drop(f);
-    let remount = |opts: &str| jext(&["mount", "-o", opts, p(&s.image()), p(&s.mnt())]);
-    remount("remount,ro");
-    assert!(
-        mount_line(&s.mnt()).contains(" ro,"),
-        "{}",
-        mount_line(&s.mnt())
-    );
-    assert_eq!(
-        errno_of(fs::write(s.mnt().join("x"), b"x")),
-        Some(libc::EROFS)
-    );
-    // Read-only after a commit and checkpoint: the image is clean while still mounted.
-    e2fsck_clean(&s.image());
-    assert_eq!(
-        fs::read(s.mnt().join("written")).unwrap(),
-        vec![5u8; 200_000]
-    );
-    remount("remount,rw");
-    fs::write(s.mnt().join("after"), b"after").unwrap();
-    if Path::new("/usr/sbin/mount.fuseblk.jext").exists() {
-        ok("mount", &["-o", "remount,ro", p(&s.mnt())]);
-        e2fsck_clean(&s.image());
-        ok("mount", &["-o", "remount,rw", p(&s.mnt())]);
-    } else {
-        eprintln!(
-            "SKIPPED part: mount(8) remount needs /usr/sbin/mount.fuseblk.jext (scripts/setup)"
+    on_each_transport(|| {
+        let s = Scratch::new("remount");
+        mount(&s, "");
+        let f = fs::File::create(s.mnt().join("written")).unwrap();
+        f.write_all_at(&[5u8; 200_000], 0).unwrap();
+        drop(f);
+        let remount = |opts: &str| jext(&["mount", "-o", opts, p(&s.image()), p(&s.mnt())]);
+        remount("remount,ro");
+        assert!(
+            mount_line(&s.mnt()).contains(" ro,"),
+            "{}",
+            mount_line(&s.mnt())
         );
-    }
-    umount(&s);
-    e2fsck_clean(&s.image());
-    let ls = ok(JEXT, &["ls", p(&s.image()), "/"]);
-    assert!(ls.contains("after") && ls.contains("written"), "{ls}");
+        assert_eq!(
+            errno_of(fs::write(s.mnt().join("x"), b"x")),
+            Some(libc::EROFS)
+        );
+        // Read-only after a commit and checkpoint: the image is clean while still mounted.
+        e2fsck_clean(&s.image());
+        assert_eq!(
+            fs::read(s.mnt().join("written")).unwrap(),
+            vec![5u8; 200_000]
+        );
+        remount("remount,rw");
+        fs::write(s.mnt().join("after"), b"after").unwrap();
+        if Path::new("/usr/sbin/mount.fuseblk.jext").exists() {
+            ok("mount", &["-o", "remount,ro", p(&s.mnt())]);
+            e2fsck_clean(&s.image());
+            ok("mount", &["-o", "remount,rw", p(&s.mnt())]);
+        } else {
+            eprintln!(
+                "SKIPPED part: mount(8) remount needs /usr/sbin/mount.fuseblk.jext (scripts/setup)"
+            );
+        }
+        umount(&s);
+        e2fsck_clean(&s.image());
+        let ls = ok(JEXT, &["ls", p(&s.image()), "/"]);
+        assert!(ls.contains("after") && ls.contains("written"), "{ls}");
+    });
 }
 
 #[test]
 fn immutable_and_append_only_hold_for_descriptors_opened_before() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("flags");
-    mount(&s, "");
-    let path = s.mnt().join("f");
-    fs::write(&path, b"0123456789").unwrap();
-    let old = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    let ctime = |m: fs::Metadata| (m.ctime(), m.ctime_nsec());
-    let before = ctime(fs::metadata(&path).unwrap());
-    ok("chattr", &["+i", p(&path)]);
-    // chattr moved ctime, and stat shows it at once (not after the attribute cache ages).
-    let after = ctime(fs::metadata(&path).unwrap());
-    assert!(
-        after > before,
-        "stat still shows the ctime from before chattr"
-    );
-    assert_eq!(errno_of(old.write_all_at(b"x", 0)), Some(libc::EPERM));
-    assert_eq!(errno_of(old.write_all_at(b"x", 10)), Some(libc::EPERM));
-    assert_eq!(errno_of(old.set_len(2)), Some(libc::EPERM));
-    let xattr = sh("setfattr", &["-n", "user.k", "-v", "v", p(&path)]);
-    assert!(!xattr.status.success(), "setfattr on an immutable file");
-    let acl = sh("setfacl", &["-m", "u:1000:r", p(&path)]);
-    assert!(!acl.status.success(), "setfacl on an immutable file");
-    assert!(
-        !sh("touch", &[p(&path)]).status.success(),
-        "touch of immutable"
-    );
-    ok("chattr", &["-i", "+a", p(&path)]);
-    assert_eq!(errno_of(old.write_all_at(b"x", 0)), Some(libc::EPERM));
-    old.write_all_at(b"ab", 10).unwrap();
-    let mut appender = OpenOptions::new().append(true).open(&path).unwrap();
-    appender.write_all(b"cd").unwrap();
-    ok("touch", &[p(&path)]);
-    assert!(
-        !sh("touch", &["-d", "2001-01-01", p(&path)])
+    on_each_transport(|| {
+        let s = Scratch::new("flags");
+        mount(&s, "");
+        let path = s.mnt().join("f");
+        fs::write(&path, b"0123456789").unwrap();
+        let old = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let ctime = |m: fs::Metadata| (m.ctime(), m.ctime_nsec());
+        let before = ctime(fs::metadata(&path).unwrap());
+        ok("chattr", &["+i", p(&path)]);
+        // chattr moved ctime, and stat shows it at once (not after the attribute cache ages).
+        let after = ctime(fs::metadata(&path).unwrap());
+        assert!(
+            after > before,
+            "stat still shows the ctime from before chattr"
+        );
+        assert_eq!(errno_of(old.write_all_at(b"x", 0)), Some(libc::EPERM));
+        assert_eq!(errno_of(old.write_all_at(b"x", 10)), Some(libc::EPERM));
+        assert_eq!(errno_of(old.set_len(2)), Some(libc::EPERM));
+        let xattr = sh("setfattr", &["-n", "user.k", "-v", "v", p(&path)]);
+        assert!(!xattr.status.success(), "setfattr on an immutable file");
+        let acl = sh("setfacl", &["-m", "u:1000:r", p(&path)]);
+        assert!(!acl.status.success(), "setfacl on an immutable file");
+        assert!(
+            !sh("touch", &[p(&path)]).status.success(),
+            "touch of immutable"
+        );
+        ok("chattr", &["-i", "+a", p(&path)]);
+        assert_eq!(errno_of(old.write_all_at(b"x", 0)), Some(libc::EPERM));
+        old.write_all_at(b"ab", 10).unwrap();
+        let mut appender = OpenOptions::new().append(true).open(&path).unwrap();
+        appender.write_all(b"cd").unwrap();
+        ok("touch", &[p(&path)]);
+        assert!(
+            !sh("touch", &["-d", "2001-01-01", p(&path)])
+                .status
+                .success(),
+            "times of one's choice on an append-only file"
+        );
+        assert!(!sh("setfattr", &["-n", "user.k", "-v", "v", p(&path)])
             .status
-            .success(),
-        "times of one's choice on an append-only file"
-    );
-    assert!(!sh("setfattr", &["-n", "user.k", "-v", "v", p(&path)])
-        .status
-        .success());
-    assert_eq!(errno_of(fs::remove_file(&path)), Some(libc::EPERM));
-    ok("chattr", &["-a", p(&path)]);
-    assert_eq!(fs::read(&path).unwrap(), b"0123456789abcd");
-    // DAX is kept, as Linux ext4 keeps it on a device without DAX.
-    ok("chattr", &["+x", p(&path)]);
-    let has_flag = |path: &Path, flag: char| {
-        let listed = ok("lsattr", &["-d", p(path)]);
-        listed.split(' ').next().unwrap().contains(flag)
-    };
-    assert!(has_flag(&path, 'x'));
-    // ... and new inodes take it from their directory (ext4's inherited flags).
-    let dir = s.mnt().join("inherits");
-    fs::create_dir(&dir).unwrap();
-    ok("chattr", &["+x", p(&dir)]);
-    fs::write(dir.join("child"), b"c").unwrap();
-    assert!(has_flag(&dir.join("child"), 'x'));
-    drop((old, appender));
-    umount(&s);
-    e2fsck_clean(&s.image());
+            .success());
+        assert_eq!(errno_of(fs::remove_file(&path)), Some(libc::EPERM));
+        ok("chattr", &["-a", p(&path)]);
+        assert_eq!(fs::read(&path).unwrap(), b"0123456789abcd");
+        // DAX is kept, as Linux ext4 keeps it on a device without DAX.
+        ok("chattr", &["+x", p(&path)]);
+        let has_flag = |path: &Path, flag: char| {
+            let listed = ok("lsattr", &["-d", p(path)]);
+            listed.split(' ').next().unwrap().contains(flag)
+        };
+        assert!(has_flag(&path, 'x'));
+        // ... and new inodes take it from their directory (ext4's inherited flags).
+        let dir = s.mnt().join("inherits");
+        fs::create_dir(&dir).unwrap();
+        ok("chattr", &["+x", p(&dir)]);
+        fs::write(dir.join("child"), b"c").unwrap();
+        assert!(has_flag(&dir.join("child"), 'x'));
+        drop((old, appender));
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
 }
 
 /// `chattr` through the mount asks for what ext4 asks for: the owner (or CAP_FOWNER) to
@@ -310,72 +304,71 @@ fn immutable_and_append_only_hold_for_descriptors_opened_before() {
 /// (data journaling); EPERM otherwise. The kernel leaves these checks to the FUSE server.
 #[test]
 fn flag_changes_ask_for_the_capabilities_ext4_asks_for() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("flagcaps");
-    mount(&s, "allow_other");
-    let path = s.mnt().join("f");
-    fs::write(&path, b"data").unwrap();
-    ok("chown", &["65534:65534", p(&path)]);
-    let chattr_as = |setpriv: &[&str], flag: &str| {
-        let mut args = setpriv.to_vec();
-        args.extend(["chattr", flag, p(&path)]);
-        sh("setpriv", &args)
-    };
-    let nobody = [
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "--inh-caps=-all",
-    ];
-    let root_without = |cap: &'static str| {
-        let bounding = format!("--bounding-set=-{cap}");
-        ["--inh-caps=-all".to_string(), bounding]
-    };
-    let refused = |out: std::process::Output, what: &str| {
-        assert!(!out.status.success(), "{what} was allowed");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains("not permitted"), "{what}: {stderr}");
-    };
-    // The owner may set flags that need no capability, and nothing more.
-    assert!(
-        chattr_as(&nobody, "+d").status.success(),
-        "the owner sets nodump"
-    );
-    refused(
-        chattr_as(&nobody, "+j"),
-        "j by an owner without CAP_SYS_RESOURCE",
-    );
-    refused(
-        chattr_as(&nobody, "+i"),
-        "i by an owner without CAP_LINUX_IMMUTABLE",
-    );
-    for (cap, flag) in [("sys_resource", "+j"), ("linux_immutable", "+a")] {
-        let args = root_without(cap);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        refused(
-            chattr_as(&args, flag),
-            &format!("{flag} by root without {cap}"),
-        );
-    }
-    ok("chown", &["0:0", p(&path)]);
-    refused(chattr_as(&nobody, "-d"), "a flag change by someone else");
-    if has_capability(CAP_SYS_RESOURCE) {
-        ok("chattr", &["+j", p(&path)]);
-        ok("chattr", &["-j", p(&path)]);
-    } else {
-        eprintln!(
-            "SKIPPED part: chattr +j by a caller with CAP_SYS_RESOURCE (this process lacks it)"
+    on_each_transport(|| {
+        let s = Scratch::new("flagcaps");
+        mount(&s, "allow_other");
+        let path = s.mnt().join("f");
+        fs::write(&path, b"data").unwrap();
+        ok("chown", &["65534:65534", p(&path)]);
+        let chattr_as = |setpriv: &[&str], flag: &str| {
+            let mut args = setpriv.to_vec();
+            args.extend(["chattr", flag, p(&path)]);
+            sh("setpriv", &args)
+        };
+        let nobody = [
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ];
+        let root_without = |cap: &'static str| {
+            let bounding = format!("--bounding-set=-{cap}");
+            ["--inh-caps=-all".to_string(), bounding]
+        };
+        let refused = |out: std::process::Output, what: &str| {
+            assert!(!out.status.success(), "{what} was allowed");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains("not permitted"), "{what}: {stderr}");
+        };
+        // The owner may set flags that need no capability, and nothing more.
+        assert!(
+            chattr_as(&nobody, "+d").status.success(),
+            "the owner sets nodump"
         );
         refused(
-            sh("chattr", &["+j", p(&path)]),
-            "j by root without CAP_SYS_RESOURCE",
+            chattr_as(&nobody, "+j"),
+            "j by an owner without CAP_SYS_RESOURCE",
         );
-    }
-    ok("chattr", &["-d", p(&path)]);
-    umount(&s);
-    e2fsck_clean(&s.image());
+        refused(
+            chattr_as(&nobody, "+i"),
+            "i by an owner without CAP_LINUX_IMMUTABLE",
+        );
+        for (cap, flag) in [("sys_resource", "+j"), ("linux_immutable", "+a")] {
+            let args = root_without(cap);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            refused(
+                chattr_as(&args, flag),
+                &format!("{flag} by root without {cap}"),
+            );
+        }
+        ok("chown", &["0:0", p(&path)]);
+        refused(chattr_as(&nobody, "-d"), "a flag change by someone else");
+        if has_capability(CAP_SYS_RESOURCE) {
+            ok("chattr", &["+j", p(&path)]);
+            ok("chattr", &["-j", p(&path)]);
+        } else {
+            eprintln!(
+                "SKIPPED part: chattr +j by a caller with CAP_SYS_RESOURCE (this process lacks it)"
+            );
+            refused(
+                sh("chattr", &["+j", p(&path)]),
+                "j by root without CAP_SYS_RESOURCE",
+            );
+        }
+        ok("chattr", &["-d", p(&path)]);
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
 }
 
 /// Runs `args` as uid and gid 1000 (no supplementary groups); whether it succeeded.
@@ -387,77 +380,76 @@ fn as_user_1000(args: &[&str]) -> bool {
 
 #[test]
 fn posix_acls_are_enforced_kept_with_the_mode_and_inherited() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("acl");
-    mount(&s, "allow_other");
-    let file = s.mnt().join("secret");
-    fs::write(&file, b"for user 1000 only").unwrap();
-    fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
-    assert!(
-        !as_user_1000(&["cat", p(&file)]),
-        "0640 root:root keeps 1000 out"
-    );
-    ok("setfacl", &["-m", "u:1000:r", p(&file)]);
-    assert!(
-        as_user_1000(&["cat", p(&file)]),
-        "the named-user entry lets 1000 read"
-    );
-    // The mask shows in the mode's group bits, and chmod moves the mask.
-    let mode = fs::metadata(&file).unwrap().mode() & 0o777;
-    assert_eq!(mode, 0o640, "mask r-- keeps group bits r--");
-    fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let acl = ok("getfacl", &["-cn", p(&file)]);
-    assert!(acl.contains("mask::---"), "chmod rewrote the mask: {acl}");
-    assert!(
-        !as_user_1000(&["cat", p(&file)]),
-        "the mask now denies 1000"
-    );
-    // An ACL that says no more than a mode is dropped for the mode.
-    ok("setfacl", &["-b", p(&file)]);
-    ok("setfacl", &["-m", "u::rwx,g::r-x,o::r--", p(&file)]);
-    assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o754);
-    let names = ok("getfattr", &["-d", "-m", "-", p(&file)]);
-    assert!(!names.contains("posix_acl_access"), "{names}");
-    // Default ACLs: inherited by new files (instead of the umask) and directories.
-    let dir = s.mnt().join("shared");
-    fs::create_dir(&dir).unwrap();
-    ok("setfacl", &["-d", "-m", "u:1000:rwx", p(&dir)]);
-    ok("setfacl", &["-m", "u:1000:rwx", p(&dir)]);
-    let child = dir.join("new");
-    fs::write(&child, b"inherited").unwrap();
-    let acl = ok("getfacl", &["-cn", p(&child)]);
-    // Named entries keep their bits; the mask takes what the mode (0666) allows.
-    assert!(
-        acl.contains("user:1000:rwx") && acl.contains("mask::rw-"),
-        "a new file inherits: {acl}"
-    );
-    assert!(as_user_1000(&[
-        "sh",
-        "-c",
-        &format!("echo more >> {}", p(&child))
-    ]));
-    let sub = dir.join("sub");
-    fs::create_dir(&sub).unwrap();
-    let acl = ok("getfacl", &["-cn", "-d", p(&sub)]);
-    assert!(
-        acl.contains("user:1000:rwx"),
-        "a new directory inherits the default: {acl}"
-    );
-    umount(&s);
-    e2fsck_clean(&s.image());
-    // Stored as ext4 stores ACLs: Linux reads the same entries.
-    let linux = s.dir.join("linux");
-    fs::create_dir_all(&linux).unwrap();
-    ok("mount", &["-o", "loop,ro", p(&s.image()), p(&linux)]);
-    let seen = sh("getfacl", &["-cn", p(&linux.join("shared/new"))]);
-    ok("umount", &[p(&linux)]);
-    assert!(
-        String::from_utf8_lossy(&seen.stdout).contains("user:1000:rwx"),
-        "Linux reads jext's ACL: {}",
-        String::from_utf8_lossy(&seen.stdout)
-    );
+    on_each_transport(|| {
+        let s = Scratch::new("acl");
+        mount(&s, "allow_other");
+        let file = s.mnt().join("secret");
+        fs::write(&file, b"for user 1000 only").unwrap();
+        fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+        assert!(
+            !as_user_1000(&["cat", p(&file)]),
+            "0640 root:root keeps 1000 out"
+        );
+        ok("setfacl", &["-m", "u:1000:r", p(&file)]);
+        assert!(
+            as_user_1000(&["cat", p(&file)]),
+            "the named-user entry lets 1000 read"
+        );
+        // The mask shows in the mode's group bits, and chmod moves the mask.
+        let mode = fs::metadata(&file).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o640, "mask r-- keeps group bits r--");
+        fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let acl = ok("getfacl", &["-cn", p(&file)]);
+        assert!(acl.contains("mask::---"), "chmod rewrote the mask: {acl}");
+        assert!(
+            !as_user_1000(&["cat", p(&file)]),
+            "the mask now denies 1000"
+        );
+        // An ACL that says no more than a mode is dropped for the mode.
+        ok("setfacl", &["-b", p(&file)]);
+        ok("setfacl", &["-m", "u::rwx,g::r-x,o::r--", p(&file)]);
+        assert_eq!(fs::metadata(&file).unwrap().mode() & 0o777, 0o754);
+        let names = ok("getfattr", &["-d", "-m", "-", p(&file)]);
+        assert!(!names.contains("posix_acl_access"), "{names}");
+        // Default ACLs: inherited by new files (instead of the umask) and directories.
+        let dir = s.mnt().join("shared");
+        fs::create_dir(&dir).unwrap();
+        ok("setfacl", &["-d", "-m", "u:1000:rwx", p(&dir)]);
+        ok("setfacl", &["-m", "u:1000:rwx", p(&dir)]);
+        let child = dir.join("new");
+        fs::write(&child, b"inherited").unwrap();
+        let acl = ok("getfacl", &["-cn", p(&child)]);
+        // Named entries keep their bits; the mask takes what the mode (0666) allows.
+        assert!(
+            acl.contains("user:1000:rwx") && acl.contains("mask::rw-"),
+            "a new file inherits: {acl}"
+        );
+        assert!(as_user_1000(&[
+            "sh",
+            "-c",
+            &format!("echo more >> {}", p(&child))
+        ]));
+        let sub = dir.join("sub");
+        fs::create_dir(&sub).unwrap();
+        let acl = ok("getfacl", &["-cn", "-d", p(&sub)]);
+        assert!(
+            acl.contains("user:1000:rwx"),
+            "a new directory inherits the default: {acl}"
+        );
+        umount(&s);
+        e2fsck_clean(&s.image());
+        // Stored as ext4 stores ACLs: Linux reads the same entries.
+        let linux = s.dir.join("linux");
+        fs::create_dir_all(&linux).unwrap();
+        ok("mount", &["-o", "loop,ro", p(&s.image()), p(&linux)]);
+        let seen = sh("getfacl", &["-cn", p(&linux.join("shared/new"))]);
+        ok("umount", &[p(&linux)]);
+        assert!(
+            String::from_utf8_lossy(&seen.stdout).contains("user:1000:rwx"),
+            "Linux reads jext's ACL: {}",
+            String::from_utf8_lossy(&seen.stdout)
+        );
+    });
 }
 
 /// A file handle (`name_to_handle_at`) as 8 bytes of header and up to 128 of handle.
@@ -517,84 +509,82 @@ fn drop_caches() {
 
 #[test]
 fn file_handles_survive_dropped_caches() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("handles");
-    mount(&s, "");
-    fs::create_dir(s.mnt().join("d")).unwrap();
-    fs::write(s.mnt().join("d/kept"), b"by handle").unwrap();
-    fs::write(s.mnt().join("gone"), b"deleted").unwrap();
-    let mut kept = handle_of(&s.mnt().join("d/kept"));
-    let mut dir = handle_of(&s.mnt().join("d"));
-    let mut gone = handle_of(&s.mnt().join("gone"));
-    fs::remove_file(s.mnt().join("gone")).unwrap();
-    drop_caches();
-    let root = fs::File::open(s.mnt()).unwrap();
-    let f = open_by_handle(&root, &mut kept).expect("open_by_handle_at after drop_caches");
-    let mut buf = [0u8; 9];
-    f.read_exact_at(&mut buf, 0).unwrap();
-    assert_eq!(&buf, b"by handle");
-    open_by_handle(&root, &mut dir).expect("a directory's handle");
-    assert_eq!(
-        errno_of(open_by_handle(&root, &mut gone)),
-        Some(libc::ESTALE),
-        "a deleted file's handle is stale"
-    );
-    drop((f, root));
-    umount(&s);
+    on_each_transport(|| {
+        let s = Scratch::new("handles");
+        mount(&s, "");
+        fs::create_dir(s.mnt().join("d")).unwrap();
+        fs::write(s.mnt().join("d/kept"), b"by handle").unwrap();
+        fs::write(s.mnt().join("gone"), b"deleted").unwrap();
+        let mut kept = handle_of(&s.mnt().join("d/kept"));
+        let mut dir = handle_of(&s.mnt().join("d"));
+        let mut gone = handle_of(&s.mnt().join("gone"));
+        fs::remove_file(s.mnt().join("gone")).unwrap();
+        drop_caches();
+        let root = fs::File::open(s.mnt()).unwrap();
+        let f = open_by_handle(&root, &mut kept).expect("open_by_handle_at after drop_caches");
+        let mut buf = [0u8; 9];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        assert_eq!(&buf, b"by handle");
+        open_by_handle(&root, &mut dir).expect("a directory's handle");
+        assert_eq!(
+            errno_of(open_by_handle(&root, &mut gone)),
+            Some(libc::ESTALE),
+            "a deleted file's handle is stale"
+        );
+        drop((f, root));
+        umount(&s);
+    });
 }
 
 #[test]
 fn stat_and_mount_options_show_what_ext4_shows() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("small");
-    mount(&s, "");
-    assert_eq!(
-        fs::metadata(s.mnt()).unwrap().ino(),
-        2,
-        "the root is inode 2"
-    );
-    umount(&s);
-    if !Path::new("/usr/sbin/mount.fuse.jext").exists() {
-        eprintln!(
-            "SKIPPED part: mount -t fuse.jext needs /usr/sbin/mount.fuse.jext (scripts/setup)"
+    on_each_transport(|| {
+        let s = Scratch::new("small");
+        mount(&s, "");
+        assert_eq!(
+            fs::metadata(s.mnt()).unwrap().ino(),
+            2,
+            "the root is inode 2"
         );
-        return;
-    }
-    ok(
-        "mount",
-        &[
-            "-t",
-            "fuse.jext",
-            "-o",
-            "dev,suid",
-            p(&s.image()),
-            p(&s.mnt()),
-        ],
-    );
-    let line = mount_line(&s.mnt());
-    assert!(
-        !line.contains("nosuid") && !line.contains("nodev"),
-        "dev and suid reach the mount: {line}"
-    );
-    umount(&s);
-    ok(
-        "mount",
-        &[
-            "-t",
-            "fuse.jext",
-            "-o",
-            "nosuid,noexec",
-            p(&s.image()),
-            p(&s.mnt()),
-        ],
-    );
-    let line = mount_line(&s.mnt());
-    assert!(line.contains("nosuid") && line.contains("noexec"), "{line}");
-    umount(&s);
+        umount(&s);
+        if !Path::new("/usr/sbin/mount.fuse.jext").exists() {
+            eprintln!(
+                "SKIPPED part: mount -t fuse.jext needs /usr/sbin/mount.fuse.jext (scripts/setup)"
+            );
+            return;
+        }
+        ok(
+            "mount",
+            &[
+                "-t",
+                "fuse.jext",
+                "-o",
+                "dev,suid",
+                p(&s.image()),
+                p(&s.mnt()),
+            ],
+        );
+        let line = mount_line(&s.mnt());
+        assert!(
+            !line.contains("nosuid") && !line.contains("nodev"),
+            "dev and suid reach the mount: {line}"
+        );
+        umount(&s);
+        ok(
+            "mount",
+            &[
+                "-t",
+                "fuse.jext",
+                "-o",
+                "nosuid,noexec",
+                p(&s.image()),
+                p(&s.mnt()),
+            ],
+        );
+        let line = mount_line(&s.mnt());
+        assert!(line.contains("nosuid") && line.contains("noexec"), "{line}");
+        umount(&s);
+    });
 }
 
 /// With the writeback cache the kernel keeps a file's times itself; what `stat` showed
@@ -602,55 +592,53 @@ fn stat_and_mount_options_show_what_ext4_shows() {
 /// included).
 #[test]
 fn times_stat_shows_are_the_times_that_reach_the_disk() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("times");
-    mount(&s, "writeback_cache");
-    let path = s.mnt().join("f");
-    fs::write(&path, vec![1u8; 8192]).unwrap();
-    let direct = OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&path)
-        .unwrap();
-    let mut block = vec![0u8; 8192];
-    // O_DIRECT wants an aligned buffer: use the 4096-aligned part of a larger one.
-    let at = block.as_ptr().align_offset(4096);
-    block.resize(at + 4096 + 4096, 2);
-    direct.write_all_at(&block[at..at + 4096], 4096).unwrap();
-    drop(direct);
-    ok("setfattr", &["-n", "user.k", "-v", "v", p(&path)]);
-    let times = |m: fs::Metadata| (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
-    let shown = times(fs::metadata(&path).unwrap());
-    umount(&s);
-    mount(&s, "writeback_cache");
-    assert_eq!(
-        times(fs::metadata(&path).unwrap()),
-        shown,
-        "mtime/ctime changed across an unmount"
-    );
-    umount(&s);
+    on_each_transport(|| {
+        let s = Scratch::new("times");
+        mount(&s, "writeback_cache");
+        let path = s.mnt().join("f");
+        fs::write(&path, vec![1u8; 8192]).unwrap();
+        let direct = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+            .unwrap();
+        let mut block = vec![0u8; 8192];
+        // O_DIRECT wants an aligned buffer: use the 4096-aligned part of a larger one.
+        let at = block.as_ptr().align_offset(4096);
+        block.resize(at + 4096 + 4096, 2);
+        direct.write_all_at(&block[at..at + 4096], 4096).unwrap();
+        drop(direct);
+        ok("setfattr", &["-n", "user.k", "-v", "v", p(&path)]);
+        let times = |m: fs::Metadata| (m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+        let shown = times(fs::metadata(&path).unwrap());
+        umount(&s);
+        mount(&s, "writeback_cache");
+        assert_eq!(
+            times(fs::metadata(&path).unwrap()),
+            shown,
+            "mtime/ctime changed across an unmount"
+        );
+        umount(&s);
+    });
 }
 
 /// `jext umount` of a foreground daemon its parent has not reaped: the zombie counts as
 /// gone, so the command returns as soon as the mount is (it used to wait 120 s and fail).
 #[test]
 fn a_zombie_daemon_counts_as_gone() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("zombie");
-    let daemon = foreground_daemon(&s, "");
-    let started = Instant::now();
-    jext(&["umount", p(&s.mnt())]);
-    assert!(
-        started.elapsed() < Duration::from_secs(60),
-        "jext umount waited for a zombie"
-    );
-    let mut daemon = daemon;
-    assert!(daemon.wait().unwrap().success());
-    e2fsck_clean(&s.image());
+    on_each_transport(|| {
+        let s = Scratch::new("zombie");
+        let daemon = foreground_daemon(&s, "");
+        let started = Instant::now();
+        jext(&["umount", p(&s.mnt())]);
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "jext umount waited for a zombie"
+        );
+        let mut daemon = daemon;
+        assert!(daemon.wait().unwrap().success());
+        e2fsck_clean(&s.image());
+    });
 }
 
 /// A file capability as `setcap cap_net_raw+ep` writes it (VFS_CAP_REVISION_2, effective;
@@ -678,88 +666,85 @@ fn arm(path: &Path) {
 /// through the mount right after each change (the kernel's cached mode must not hide it).
 #[test]
 fn writes_truncates_and_chowns_drop_setuid_setgid_and_capabilities() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("killpriv");
-    mount(&s, "allow_other");
-    let tool = s.mnt().join("tool");
-    fs::write(&tool, b"#!/bin/sh\n").unwrap();
-    let append = format!("printf x >> {}", p(&tool));
+    on_each_transport(|| {
+        let s = Scratch::new("killpriv");
+        mount(&s, "allow_other");
+        let tool = s.mnt().join("tool");
+        fs::write(&tool, b"#!/bin/sh\n").unwrap();
+        let append = format!("printf x >> {}", p(&tool));
 
-    arm(&tool);
-    assert!(
-        as_user_1000(&["sh", "-c", &append]),
-        "1000 may write 0o6777"
-    );
-    assert_eq!(
-        privileges(&tool),
-        (0o777, false),
-        "a user's write drops all"
-    );
+        arm(&tool);
+        assert!(
+            as_user_1000(&["sh", "-c", &append]),
+            "1000 may write 0o6777"
+        );
+        assert_eq!(
+            privileges(&tool),
+            (0o777, false),
+            "a user's write drops all"
+        );
 
-    arm(&tool);
-    assert!(as_user_1000(&["truncate", "-s", "1", p(&tool)]));
-    assert_eq!(
-        privileges(&tool),
-        (0o777, false),
-        "a user's truncate drops all"
-    );
+        arm(&tool);
+        assert!(as_user_1000(&["truncate", "-s", "1", p(&tool)]));
+        assert_eq!(
+            privileges(&tool),
+            (0o777, false),
+            "a user's truncate drops all"
+        );
 
-    // Setgid without group execute stays for a writer in the file's group, and only there
-    // (`setattr_should_drop_sgid`).
-    let plain_setgid = std::os::unix::fs::PermissionsExt::from_mode(0o2767);
-    fs::set_permissions(&tool, plain_setgid).unwrap();
-    assert!(as_user_1000(&["sh", "-c", &append]));
-    assert_eq!(privileges(&tool).0, 0o767, "1000 is not in group root");
-    ok("chgrp", &["1000", p(&tool)]);
-    let plain_setgid = std::os::unix::fs::PermissionsExt::from_mode(0o2767);
-    fs::set_permissions(&tool, plain_setgid).unwrap();
-    assert!(as_user_1000(&["sh", "-c", &append]));
-    assert_eq!(privileges(&tool).0, 0o2767, "1000 is in group 1000");
-    ok("chgrp", &["0", p(&tool)]);
+        // Setgid without group execute stays for a writer in the file's group, and only there
+        // (`setattr_should_drop_sgid`).
+        let plain_setgid = std::os::unix::fs::PermissionsExt::from_mode(0o2767);
+        fs::set_permissions(&tool, plain_setgid).unwrap();
+        assert!(as_user_1000(&["sh", "-c", &append]));
+        assert_eq!(privileges(&tool).0, 0o767, "1000 is not in group root");
+        ok("chgrp", &["1000", p(&tool)]);
+        let plain_setgid = std::os::unix::fs::PermissionsExt::from_mode(0o2767);
+        fs::set_permissions(&tool, plain_setgid).unwrap();
+        assert!(as_user_1000(&["sh", "-c", &append]));
+        assert_eq!(privileges(&tool).0, 0o2767, "1000 is in group 1000");
+        ok("chgrp", &["0", p(&tool)]);
 
-    // Root has CAP_FSETID: its write keeps the ids but not the capability.
-    arm(&tool);
-    fs::OpenOptions::new()
-        .append(true)
-        .open(&tool)
-        .unwrap()
-        .write_all_at(b"y", 0)
-        .unwrap();
-    assert_eq!(
-        privileges(&tool),
-        (0o6777, false),
-        "root's write drops the capability"
-    );
+        // Root has CAP_FSETID: its write keeps the ids but not the capability.
+        arm(&tool);
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&tool)
+            .unwrap()
+            .write_all_at(b"y", 0)
+            .unwrap();
+        assert_eq!(
+            privileges(&tool),
+            (0o6777, false),
+            "root's write drops the capability"
+        );
 
-    // A chown drops them whoever makes it.
-    arm(&tool);
-    ok("chown", &["1000", p(&tool)]);
-    assert_eq!(privileges(&tool), (0o777, false), "chown drops all");
+        // A chown drops them whoever makes it.
+        arm(&tool);
+        ok("chown", &["1000", p(&tool)]);
+        assert_eq!(privileges(&tool), (0o777, false), "chown drops all");
 
-    // A directory's setgid is inheritance, never dropped.
-    let dir = s.mnt().join("shared");
-    fs::create_dir(&dir).unwrap();
-    fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o2775)).unwrap();
-    ok("chown", &["1000", p(&dir)]);
-    assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o7777, 0o2775);
-    umount(&s);
-    e2fsck_clean(&s.image());
+        // A directory's setgid is inheritance, never dropped.
+        let dir = s.mnt().join("shared");
+        fs::create_dir(&dir).unwrap();
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o2775)).unwrap();
+        ok("chown", &["1000", p(&dir)]);
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o7777, 0o2775);
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
 }
 
 /// `include/jext.h` from C: fbarrier and fdatabarrier reach the daemon through the mount
 /// and succeed there; elsewhere the ioctl fails, so a program can fall back to fsync.
 #[test]
 fn fbarrier_and_fdatabarrier_from_c() {
-    if !can_mount() {
-        return;
-    }
-    let s = Scratch::new("fbarrier");
-    let program = s.dir.join("barrier.c");
-    fs::write(
-        &program,
-        r#"#include "jext.h"
+    on_each_transport(|| {
+        let s = Scratch::new("fbarrier");
+        let program = s.dir.join("barrier.c");
+        fs::write(
+            &program,
+            r#"#include "jext.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -778,31 +763,32 @@ int main(int argc, char **argv) {
     return 0;
 }
 "#,
-    )
-    .unwrap();
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
-    let binary = s.dir.join("barrier");
-    ok(
-        "gcc",
-        &[
-            "-Wall",
-            "-Werror",
-            "-I",
-            p(&include),
-            "-o",
-            p(&binary),
-            p(&program),
-        ],
-    );
-    mount(&s, "");
-    let on_jext = s.mnt().join("ordered");
-    let elsewhere = s.dir.join("not-jext");
-    let errno_elsewhere = ok(p(&binary), &[p(&on_jext), p(&elsewhere)]);
-    assert!(
-        !errno_elsewhere.trim().is_empty(),
-        "the ioctl failed off jext"
-    );
-    assert_eq!(fs::read(&on_jext).unwrap(), b"first,second");
-    umount(&s);
-    e2fsck_clean(&s.image());
+        )
+        .unwrap();
+        let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+        let binary = s.dir.join("barrier");
+        ok(
+            "gcc",
+            &[
+                "-Wall",
+                "-Werror",
+                "-I",
+                p(&include),
+                "-o",
+                p(&binary),
+                p(&program),
+            ],
+        );
+        mount(&s, "");
+        let on_jext = s.mnt().join("ordered");
+        let elsewhere = s.dir.join("not-jext");
+        let errno_elsewhere = ok(p(&binary), &[p(&on_jext), p(&elsewhere)]);
+        assert!(
+            !errno_elsewhere.trim().is_empty(),
+            "the ioctl failed off jext"
+        );
+        assert_eq!(fs::read(&on_jext).unwrap(), b"first,second");
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
 }

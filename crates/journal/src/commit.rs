@@ -16,17 +16,39 @@
 //!    batch, one sequential write, and the flush thread's one flush makes it durable;
 //!    with classic commits it is left to the flush thread, which writes it after a flush.
 //!
+//! With byte records on (`crate::log::RecordMode::Bytes`), stage 2 first decides, per
+//! logged block, whether it goes whole or as a byte record (`crate::format::records`):
+//! a DELTA on the block's *base*, or ZEROED, whichever is smaller, when it takes at most
+//! half a block. The base is what recovery will have rebuilt of the block just before
+//! this transaction: the version the newest transaction still in the log (committing,
+//! or durable and not yet checkpointed) logged of it — in memory, whole, in its frozen
+//! copy. Once that transaction is checkpointed the home block holds that same version,
+//! so the base is right whether recovery replays it or not; a delta applied twice, or to
+//! a home block the checkpoint tore between two versions of the chain, still yields the
+//! new version, since every byte outside its ranges is the same in all of them. A block
+//! the journal holds no version of (never logged since the last checkpoint, newly
+//! allocated: its home holds garbage) or whose version a revoke since cancelled (recovery
+//! then starts from the home block) has no base: it goes ZEROED or whole. Records apply to
+//! every logged block, metadata and journaled data alike: metadata alone (data=ordered)
+//! halves the log bytes of an append + fbarrier (12.0 against 24.0 KiB on the loop device,
+//! bench/results/2026-11-25-byte-records), so limiting them to journaled data would give
+//! that up.
+//!
 //! Promises: transactions are dispatched in tid order, each into log blocks reserved for
 //! it alone; a transaction's commit block is never issued here before its logged blocks,
 //! and never here at all on a device that cannot keep a barrier, except in the same
 //! write as them (single I/O, which recovery's every-block check makes atomic). Never
 //! waits for a flush.
 
+use crate::format::records::plan_record;
+use crate::format::superblock::{INCOMPAT_JEXT_RECORDS, INCOMPAT_JEXT_SINGLE_IO};
 use crate::journal::{CommittingTransaction, Shared, State};
+use crate::log::LogPlan;
 use crate::tid::{tid_geq, Tid};
 use crate::JournalError;
 use jext_io::{Fence, IoFlags, WriteRequest};
 use parking_lot::MutexGuard;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,18 +134,60 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
     st
 }
 
-/// Before the first single-I/O commit since the log was last empty: JEXT_SINGLE_IO must
-/// be on disk before any torn single-I/O transaction could be, or Linux would replay one.
-/// A log the superblock calls empty gets it with the superblock that goes out in the same
-/// batch as the transaction (its first sector: either both reach the disk or the log
-/// still says empty). A live log gets a superblock rewrite with FUA first, serialized
-/// with the checkpoint's own superblock writes; later superblocks keep the bit.
-fn announce_single_io(
+/// Recovery's state of `block` just before the transaction being committed, if the
+/// journal knows it (module comment): the version the newest transaction still in the
+/// log logged, unless a revoke since then cancels it.
+fn logged_version(st: &State, block: u64) -> Option<Arc<[u8]>> {
+    for t in st.committing.iter().rev() {
+        if let Some(&i) = t.block_index.get(&block) {
+            return Some(t.blocks[i].1.clone());
+        }
+        // Sorted: they come from a BTreeSet.
+        if t.revokes.binary_search(&block).is_ok() {
+            return None;
+        }
+    }
+    st.checkpoint
+        .blocks
+        .get(&block)
+        .map(|(_, data)| data.clone())
+}
+
+/// Which blocks go whole and which as byte records (module comment). Under the lock,
+/// comparing included: until the transaction is on the committing list, a revoke in the
+/// next transaction could not see that the log holds its blocks.
+fn plan_log(shared: &Shared, st: &State, blocks: &[(u64, Arc<[u8]>)]) -> LogPlan {
+    let layout = &shared.layout;
+    let mut plan = LogPlan::default();
+    if !layout.records() {
+        plan.full = blocks.to_vec();
+        return plan;
+    }
+    let limit = layout.record_limit();
+    for (block, data) in blocks {
+        let base = logged_version(st, *block);
+        match plan_record(*block, base.as_deref(), data, limit) {
+            Some(record) => plan.records.push(record),
+            None => plan.full.push((*block, data.clone())),
+        }
+    }
+    plan
+}
+
+/// Before the first transaction since the log was last empty that needs a live-log bit
+/// (`bits`: a single-I/O commit, byte records), the bit must be on disk before the
+/// transaction could count, or Linux would replay a torn one or stop its scan at a
+/// records block. A log the superblock calls empty gets it with the superblock that goes
+/// out in the same batch as the transaction (its first sector: either both reach the disk
+/// or the log still says empty). A live log gets a superblock rewrite with FUA first,
+/// serialized with the checkpoint's own superblock writes; later superblocks keep it.
+fn announce_live_bits(
     shared: &Shared,
     st: &mut MutexGuard<'_, State>,
     tid: Tid,
+    bits: u32,
 ) -> Result<(), JournalError> {
-    shared.layout.set_single_io_bit();
+    shared.layout.set_live_bits(bits);
     if st.superblock_says_empty {
         return Ok(());
     }
@@ -150,7 +214,8 @@ fn reserve_and_dispatch(
     ordered_data: bool,
 ) -> Result<(), JournalError> {
     let layout = &shared.layout;
-    let needed = layout.log_blocks_needed(blocks.len(), revokes.len());
+    let plan = plan_log(shared, &*st, &blocks);
+    let needed = layout.plan_blocks_needed(&plan, revokes.len());
     let capacity = layout.last - layout.first - 1;
     if needed > capacity {
         return Err(JournalError::TransactionTooLarge {
@@ -178,8 +243,15 @@ fn reserve_and_dispatch(
     // could keep the commit and lose the data, showing stale blocks (why Linux refuses
     // journal_async_commit with data=ordered).
     let single_io = !barrier_device && layout.single_io() && !ordered_data;
-    if single_io && !layout.single_io_bit() {
-        announce_single_io(shared, st, tid)?;
+    let mut bits = 0;
+    if single_io {
+        bits |= INCOMPAT_JEXT_SINGLE_IO;
+    }
+    if !plan.records.is_empty() {
+        bits |= INCOMPAT_JEXT_RECORDS;
+    }
+    if bits & !layout.live_bits() != 0 {
+        announce_live_bits(shared, st, tid, bits)?;
     }
     let start = st.log.head;
     let mut requests = Vec::with_capacity(needed as usize + 1);
@@ -197,7 +269,7 @@ fn reserve_and_dispatch(
         st.log.tail = start;
     }
     let mut position = start;
-    for block in layout.build_log_blocks(tid, &blocks, &revokes) {
+    for block in layout.build_log_blocks(tid, &plan, &revokes) {
         requests.push(WriteRequest::new(
             shared.area.byte_offset(position),
             block,
@@ -210,8 +282,14 @@ fn reserve_and_dispatch(
     st.in_log.push_back((tid, start));
     st.committing.push_back(CommittingTransaction {
         tid,
-        block_set: blocks.iter().map(|(b, _)| *b).collect(),
+        block_index: blocks
+            .iter()
+            .enumerate()
+            .map(|(i, (b, _))| (*b, i))
+            .collect::<HashMap<u64, usize>>(),
         blocks,
+        records: plan.records.len() as u64,
+        log_blocks: needed,
         revokes,
         commit_position,
         log_ticket: None,

@@ -266,6 +266,8 @@ fn complete<'a>(
         }
         st.stats.commits += 1;
         st.stats.blocks_logged += t.blocks.len() as u64;
+        st.stats.blocks_as_records += t.records;
+        st.stats.log_bytes += u64::from(t.log_blocks) * u64::from(shared.area.block_size);
         st.stats.revokes_logged += t.revokes.len() as u64;
         for (block, data) in t.blocks {
             st.checkpoint.blocks.insert(block, (t.tid, data));

@@ -46,12 +46,12 @@ use crate::fast_commit::FastCommitOutcome;
 use crate::format::fast_commit::FcRecord;
 use crate::format::superblock::INCOMPAT_JEXT_PERCORE;
 use crate::jbuf::JBuf;
-use crate::log::{CommitMode, LogFeatures, LogLayout};
+use crate::log::{CommitMode, LogFeatures, LogLayout, RecordMode};
 use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::{JournalArea, JournalError};
 use jext_io::{IoQueue, IoTicket};
 use parking_lot::{Condvar, Mutex};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -71,6 +71,8 @@ pub struct JournalConfig {
     pub features: LogFeatures,
     /// How a commit reaches the disk (`crate::log`).
     pub commit_mode: CommitMode,
+    /// Whether a logged block may go as its changed bytes (`crate::log`).
+    pub record_mode: RecordMode,
     /// Write nothing at load (a read-only mount): turned-on features then reach the disk
     /// with the superblock the first commit writes, if a remount ever allows one.
     pub read_only: bool,
@@ -92,6 +94,7 @@ impl Default for JournalConfig {
             barrier: true,
             features: LogFeatures::default(),
             commit_mode: CommitMode::default(),
+            record_mode: RecordMode::default(),
             read_only: false,
             fast_commits_pending: false,
             fast_commit_rings: 0,
@@ -103,8 +106,12 @@ impl Default for JournalConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct JournalStats {
     pub commits: u64,
-    /// Metadata (or journaled data) blocks written to the log.
+    /// Metadata (or journaled data) blocks written to the log, whole or as byte records.
     pub blocks_logged: u64,
+    /// Of those, the blocks written as byte records (`journal_records=bytes`).
+    pub blocks_as_records: u64,
+    /// Bytes of log blocks commits wrote (revoke, descriptor, copies, records, commit).
+    pub log_bytes: u64,
     pub revokes_logged: u64,
     pub checkpoints: u64,
     pub blocks_checkpointed: u64,
@@ -265,9 +272,15 @@ impl RunningTransaction {
 /// A transaction whose log blocks were (or are being) dispatched, not yet durable.
 pub(crate) struct CommittingTransaction {
     pub(crate) tid: Tid,
-    /// Its frozen snapshot: one copy per transaction of every block it logs.
+    /// Its frozen snapshot: one copy per transaction of every block it logs (whole, even
+    /// where the log holds a byte record: that record rebuilds exactly these bytes).
     pub(crate) blocks: Vec<(u64, Arc<[u8]>)>,
-    pub(crate) block_set: HashSet<u64>,
+    /// Where each block is in `blocks`.
+    pub(crate) block_index: HashMap<u64, usize>,
+    /// Blocks written as byte records (for the stats).
+    pub(crate) records: u64,
+    /// Log blocks it takes, commit block included (for the stats).
+    pub(crate) log_blocks: u32,
     pub(crate) revokes: Vec<u64>,
     /// The log block its commit block goes to.
     pub(crate) commit_position: u32,
@@ -296,6 +309,7 @@ impl Journal {
             &area,
             config.features,
             config.commit_mode,
+            config.record_mode,
             !config.read_only,
             config.fast_commits_pending,
         )?;
@@ -579,13 +593,11 @@ impl Journal {
     /// any: a reader that missed in its cache must use these instead of the home block.
     pub fn committed_copy(&self, block: u64) -> Option<Arc<[u8]>> {
         let st = self.shared.state.lock();
-        let committing = st.committing.iter().rev().find_map(|t| {
-            t.block_set
-                .contains(&block)
-                .then(|| t.blocks.iter().find(|(b, _)| *b == block))
-                .flatten()
-                .map(|(_, data)| data.clone())
-        });
+        let committing = st
+            .committing
+            .iter()
+            .rev()
+            .find_map(|t| t.block_index.get(&block).map(|&i| t.blocks[i].1.clone()));
         committing.or_else(|| {
             st.checkpoint
                 .blocks
@@ -924,7 +936,10 @@ impl Handle {
             return Err(err.clone());
         }
         let in_log = st.checkpoint.blocks.contains_key(&block)
-            || st.committing.iter().any(|t| t.block_set.contains(&block));
+            || st
+                .committing
+                .iter()
+                .any(|t| t.block_index.contains_key(&block));
         let t = st
             .running
             .as_mut()

@@ -27,6 +27,6 @@ pub use error::JournalError;
 pub use fast_commit::FastCommitOutcome;
 pub use jbuf::JBuf;
 pub use journal::{Handle, Journal, JournalConfig, JournalStats};
-pub use log::{CommitMode, LogFeatures};
+pub use log::{CommitMode, LogFeatures, RecordMode};
 pub use recovery::{recover, scan, RecoveryReport, ScanReport};
 pub use tid::{tid_geq, tid_gt, Tid};

@@ -13,14 +13,22 @@
 //! (clean unmount, remount read-only), the journal superblock carries `JEXT_SINGLE_IO`,
 //! so Linux refuses such a log instead of replaying a torn transaction. A log that only
 //! ever held classic commits (every transaction had ordered data) stays Linux-readable.
+//!
+//! [`RecordMode`] says what a logged block is written as. `Blocks` is JBD2's: a whole copy
+//! behind a descriptor tag. `Bytes` (the default, on logs with checksum v2/v3): the commit
+//! path may write a block as a byte-range record instead (`crate::format::records`), packed
+//! into records blocks after the descriptors; the superblock then carries
+//! `JEXT_RECORDS` the same way, from before the first such transaction until the log is
+//! next emptied.
 
 use crate::format::blocks::{needs_escape, CommitBlock, Csum, LogFormat, Tag};
+use crate::format::records::{pack, Record};
 use crate::format::superblock::{JournalSuperblock, INCOMPAT_JEXT_PERCORE};
 use crate::recovery::{read_superblock, write_superblock};
 use crate::tid::Tid;
 use crate::{JournalArea, JournalError};
 use jext_io::{IoFlags, IoQueue};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -58,6 +66,35 @@ impl CommitMode {
     }
 }
 
+/// What a logged block is written as (module comment); mount option `journal_records=`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordMode {
+    /// The changed byte ranges when they take at most half a block, else the whole block.
+    /// Falls back to `Blocks` on a journal without checksum v2/v3.
+    #[default]
+    Bytes,
+    /// Always the whole block (JBD2's way; a log Linux can replay once it is not torn).
+    Blocks,
+}
+
+impl RecordMode {
+    /// The mount option's value for this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordMode::Bytes => "bytes",
+            RecordMode::Blocks => "blocks",
+        }
+    }
+}
+
+/// How a transaction's logged blocks go to the log: whole copies behind descriptors, and
+/// byte records.
+#[derive(Default)]
+pub(crate) struct LogPlan {
+    pub full: Vec<(u64, Arc<[u8]>)>,
+    pub records: Vec<Record>,
+}
+
 pub(crate) struct LogLayout {
     /// First journal block of the circular log.
     pub first: u32,
@@ -69,9 +106,12 @@ pub(crate) struct LogLayout {
     block0: Vec<u8>,
     /// Commits go out as one write and one flush (`CommitMode::SingleIo` on a v3 log).
     single_io: bool,
-    /// A single-I/O commit was issued since the log was last empty: every superblock
-    /// that says the log is live carries JEXT_SINGLE_IO until the log is emptied.
-    single_io_bit: AtomicBool,
+    /// Logged blocks may be written as byte records (`RecordMode::Bytes` on a v2/v3 log).
+    records: bool,
+    /// Bits of `INCOMPAT_JEXT_LIVE_LOG` for what was issued since the log was last empty
+    /// (a single-I/O commit, a byte record): every superblock that says the log is live
+    /// carries them until the log is emptied.
+    live_bits: AtomicU32,
     /// Private incompat bits every superblock saying the log is not empty carries
     /// (`ijournal=percore`); one saying it is empty carries none.
     pub(crate) private_incompat: u32,
@@ -86,6 +126,7 @@ impl LogLayout {
         area: &JournalArea,
         features: LogFeatures,
         commit_mode: CommitMode,
+        record_mode: RecordMode,
         write: bool,
         fast_commits_pending: bool,
     ) -> Result<LogLayout, JournalError> {
@@ -101,8 +142,8 @@ impl LogLayout {
             superblock.enable_fast_commit();
         }
         // An empty log (or one recovery left pointing at no transaction, with fast
-        // commits pending) holds no single-I/O transaction.
-        superblock.set_single_io(false);
+        // commits pending) holds no single-I/O transaction and no byte record.
+        superblock.set_live_log_bits(0);
         if write && superblock != before {
             write_superblock(io, area, &superblock, IoFlags::PREFLUSH | IoFlags::FUA)?;
         }
@@ -113,7 +154,8 @@ impl LogLayout {
             first: superblock.first(),
             last: superblock.log_end(),
             single_io: commit_mode == CommitMode::SingleIo && format.csum == Csum::V3,
-            single_io_bit: AtomicBool::new(false),
+            records: record_mode == RecordMode::Bytes && format.has_block_checksums(),
+            live_bits: AtomicU32::new(0),
             format,
             superblock,
             block0,
@@ -126,16 +168,28 @@ impl LogLayout {
         self.single_io
     }
 
-    /// Whether superblocks of a live log carry JEXT_SINGLE_IO now.
-    pub fn single_io_bit(&self) -> bool {
-        self.single_io_bit.load(Ordering::Acquire)
+    /// Whether logged blocks may be written as byte records.
+    pub fn records(&self) -> bool {
+        self.records
     }
 
-    /// From now until the log is emptied, superblocks of a live log carry
-    /// JEXT_SINGLE_IO. The caller must make such a superblock durable before the first
-    /// single-I/O commit can reach the disk.
-    pub fn set_single_io_bit(&self) {
-        self.single_io_bit.store(true, Ordering::Release);
+    /// The live-log bits superblocks of a live log carry now.
+    pub fn live_bits(&self) -> u32 {
+        self.live_bits.load(Ordering::Acquire)
+    }
+
+    /// From now until the log is emptied, superblocks of a live log carry `bits` (of
+    /// `INCOMPAT_JEXT_LIVE_LOG`). The caller must make such a superblock durable before
+    /// the first transaction that needs them can reach the disk.
+    pub fn set_live_bits(&self, bits: u32) {
+        self.live_bits.fetch_or(bits, Ordering::AcqRel);
+    }
+
+    /// Byte records are worth it up to this many bytes an entry; past it the whole block
+    /// goes (half a block: the descriptor tag a whole copy needs is small, and records
+    /// blocks are rarely full, so a record must save much to save anything).
+    pub fn record_limit(&self) -> usize {
+        self.format.block_size / 2
     }
 
     /// Where the superblock says the log starts, if it is not marked empty.
@@ -187,15 +241,19 @@ impl LogLayout {
         (descriptors + blocks + revoke_blocks + 1) as u32
     }
 
-    /// The log blocks of transaction `tid`, in log order, without the commit block.
-    pub fn build_log_blocks(
-        &self,
-        tid: Tid,
-        blocks: &[(u64, Arc<[u8]>)],
-        revokes: &[u64],
-    ) -> Vec<Arc<[u8]>> {
-        let mut out =
-            Vec::with_capacity(self.log_blocks_needed(blocks.len(), revokes.len()) as usize);
+    /// Log blocks `plan` takes with `revokes` revoke records, commit block included; never
+    /// more than [`LogLayout::log_blocks_needed`] for the same blocks whole (a record is
+    /// at most half a block, so one records block is the most any record costs).
+    pub fn plan_blocks_needed(&self, plan: &LogPlan, revokes: usize) -> u32 {
+        let records = pack(&plan.records, self.format.block_size).len() as u32;
+        self.log_blocks_needed(plan.full.len(), revokes) + records
+    }
+
+    /// The log blocks of transaction `tid`, in log order, without the commit block:
+    /// revoke blocks, descriptors each followed by its copies, records blocks.
+    pub fn build_log_blocks(&self, tid: Tid, plan: &LogPlan, revokes: &[u64]) -> Vec<Arc<[u8]>> {
+        let blocks = &plan.full;
+        let mut out = Vec::with_capacity(self.plan_blocks_needed(plan, revokes.len()) as usize);
         for chunk in revokes.chunks(self.format.revoke_capacity()) {
             out.push(Arc::from(self.format.encode_revoke(tid, chunk)));
         }
@@ -226,6 +284,9 @@ impl LogLayout {
             out.push(Arc::from(self.format.encode_descriptor(tid, &tags)));
             out.extend(logged);
         }
+        for group in pack(&plan.records, self.format.block_size) {
+            out.push(Arc::from(self.format.encode_records(tid, group)));
+        }
         out
     }
 
@@ -243,16 +304,16 @@ impl LogLayout {
 
     /// Journal block 0 with the superblock saying the live log starts at `start` with
     /// transaction `sequence` (`start` 0: the log is empty, and the caller writes this
-    /// at once with nothing committing: JEXT_SINGLE_IO is cleared and stays so until the
-    /// next single-I/O commit).
+    /// at once with nothing committing: the live-log bits are cleared and stay so until
+    /// the next transaction that needs them).
     pub fn superblock_block(&self, start: u32, sequence: Tid) -> Arc<[u8]> {
         let mut sb = self.superblock.clone();
         sb.set_start(start);
         sb.set_sequence(sequence);
         if start == 0 {
-            self.single_io_bit.store(false, Ordering::Release);
+            self.live_bits.store(0, Ordering::Release);
         }
-        sb.set_single_io(start != 0 && self.single_io_bit());
+        sb.set_live_log_bits(self.live_bits());
         // The per-core bit only while the log is not empty: an empty log replays nothing,
         // rings included, and Linux may then use the journal.
         let incompat = sb.feature_incompat() | self.private_incompat;

@@ -21,6 +21,12 @@
 //! run over all logs' transactions merged in tid order. A log is described by
 //! [`LogBounds`], not by a JBD2 superblock, so that logs without one can take part.
 //!
+//! jext's byte records (`crate::format::records`) replay in the same tid order as the
+//! copies: a whole copy or a ZEROED record sets the block, a DELTA record patches what the
+//! block is so far (its home contents when no earlier record of it replays). Revokes
+//! cancel records as they cancel copies. The journal writes a DELTA only on a base that
+//! this order rebuilds (`crate::commit`).
+//!
 //! A log whose superblock carries JEXT_SINGLE_IO (`crate::log::CommitMode::SingleIo`)
 //! wrote each transaction with its commit block in one write: there, a transaction counts
 //! only if every block of it checks (descriptor and revoke tails, each tag, the commit
@@ -35,6 +41,7 @@
 use crate::format::blocks::{unescape, BlockKind, CommitBlock, Csum, LogFormat, Tag};
 use crate::format::crc32_be;
 use crate::format::fast_commit::{self, FastCommitScan};
+use crate::format::records::{Record, RecordKind};
 use crate::format::superblock::{
     JournalSuperblock, INCOMPAT_ASYNC_COMMIT, INCOMPAT_JEXT_PERCORE, INCOMPAT_JEXT_SINGLE_IO,
 };
@@ -93,6 +100,13 @@ pub struct LoggedBlock {
     pub tag: Tag,
 }
 
+/// A byte record a transaction logged, and the records block that holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedRecord {
+    pub journal_block: u32,
+    pub record: Record,
+}
+
 /// One committed transaction found by the scan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScannedTransaction {
@@ -102,6 +116,8 @@ pub struct ScannedTransaction {
     pub commit_block: u32,
     pub commit: CommitBlock,
     pub blocks: Vec<LoggedBlock>,
+    /// Blocks logged as byte records (checked already: their records block's tail).
+    pub records: Vec<LoggedRecord>,
     pub revokes: Vec<u64>,
 }
 
@@ -150,6 +166,8 @@ pub struct RecoveryReport {
     pub copies_revoked: usize,
     /// Logged copies superseded by a newer copy of the same block.
     pub copies_superseded: usize,
+    /// Byte records applied (each on top of what its block was so far).
+    pub records_replayed: usize,
     pub blocks_scanned: u32,
     /// Fast commits after the last replayed transaction, for the file system to apply
     /// (the journal stays pending until it commits them: see `mark_fast_commits_pending`).
@@ -269,6 +287,7 @@ pub fn scan_log(
 struct Pending {
     first_block: u32,
     blocks: Vec<LoggedBlock>,
+    records: Vec<LoggedRecord>,
     revokes: Vec<u64>,
     /// A descriptor or revoke block failed its checksum: only a commit block older than
     /// the previous one (stale contents of an earlier lap) may end this without an error.
@@ -282,6 +301,7 @@ impl Pending {
         Pending {
             first_block,
             blocks: Vec::new(),
+            records: Vec::new(),
             revokes: Vec::new(),
             suspect_block: None,
             v1_sum: !0,
@@ -344,6 +364,7 @@ impl Scanner<'_> {
         match kind {
             BlockKind::Descriptor => self.descriptor(&block),
             BlockKind::Revoke => self.revoke(&block),
+            BlockKind::Records => self.records(&block),
             BlockKind::Commit => self.commit(&block),
             BlockKind::Other(t) => Ok(Step::End(format!(
                 "journal block {at}: block type {t} in transaction {seq}"
@@ -383,6 +404,24 @@ impl Scanner<'_> {
             self.pending.revokes.extend(records);
         } else {
             self.pending.suspect_block.get_or_insert(self.position);
+        }
+        self.position = self.bounds.next(self.position);
+        Ok(Step::Continue)
+    }
+
+    fn records(&mut self, block: &[u8]) -> Result<Step, JournalError> {
+        let format = &self.bounds.format;
+        if format.has_block_checksums() && !format.tail_is_valid(block) {
+            self.pending.suspect_block.get_or_insert(self.position);
+        } else {
+            let journal_block = self.position;
+            let records = format.decode_records(block, journal_block)?;
+            self.pending
+                .records
+                .extend(records.into_iter().map(|record| LoggedRecord {
+                    journal_block,
+                    record,
+                }));
         }
         self.position = self.bounds.next(self.position);
         Ok(Step::Continue)
@@ -433,6 +472,7 @@ impl Scanner<'_> {
             commit_block: at,
             commit,
             blocks: pending.blocks,
+            records: pending.records,
             revokes: pending.revokes,
         };
         if self.bounds.single_io {
@@ -567,6 +607,20 @@ struct Copy<'a> {
     escaped: bool,
 }
 
+/// What a home block starts from before its records apply.
+enum Base<'a> {
+    /// The newest whole copy that replays.
+    Copy(Copy<'a>),
+    /// Its home contents: only DELTA records replay.
+    Home,
+}
+
+/// How to rebuild one home block: a base, then records in tid order.
+struct Rebuild<'a> {
+    base: Base<'a>,
+    records: Vec<&'a Record>,
+}
+
 /// Recovers the journal areas (area 0 is the file system's journal) and marks them empty.
 /// Setting the file system's `needs_recovery` flag is the caller's business.
 pub fn recover(io: &IoQueue, areas: &[JournalArea]) -> Result<RecoveryReport, JournalError> {
@@ -588,9 +642,9 @@ pub fn recover(io: &IoQueue, areas: &[JournalArea]) -> Result<RecoveryReport, Jo
         ..RecoveryReport::default()
     };
     let revoked = revoke_pass(&committed);
-    let copies = replay_plan(io, areas, &committed, &revoked, &mut report)?;
-    replay(io, areas[0].block_size, &copies)?;
-    report.blocks_replayed = copies.len();
+    let rebuilds = replay_plan(io, areas, &committed, &revoked, &mut report)?;
+    replay(io, areas[0].block_size, &rebuilds)?;
+    report.blocks_replayed = rebuilds.len();
     report.fast_commits = scans[0].fast_commits.clone();
     for scan in scans.iter().filter(|s| !s.superblock.is_clean()) {
         if scan.fast_commits.records.is_empty() {
@@ -704,45 +758,70 @@ fn revoke_pass(committed: &[Committed<'_>]) -> HashMap<u64, Tid> {
     revoked
 }
 
-/// The copy to write for each home block, after checking every copy that would be
-/// replayed. Linux checks the same copies (those not revoked) but one by one as it
-/// writes them: on a mismatch it skips that copy, replays the rest and then fails the
-/// mount. jext fails before writing anything.
+/// How to rebuild each home block, after checking every copy that would be replayed.
+/// Linux checks the same copies (those not revoked) but one by one as it writes them: on
+/// a mismatch it skips that copy, replays the rest and then fails the mount. jext fails
+/// before writing anything.
 fn replay_plan<'a>(
     io: &IoQueue,
     areas: &[JournalArea],
     committed: &[Committed<'a>],
     revoked: &HashMap<u64, Tid>,
     report: &mut RecoveryReport,
-) -> Result<BTreeMap<u64, Copy<'a>>, JournalError> {
+) -> Result<BTreeMap<u64, Rebuild<'a>>, JournalError> {
     let device_blocks = io.device().size_bytes() / u64::from(areas[0].block_size);
-    let mut copies = BTreeMap::new();
+    let mut plan: BTreeMap<u64, Rebuild<'a>> = BTreeMap::new();
     for c in committed {
         let tid = c.transaction.tid;
         // Linux's test: a revoke record cancels copies from its own tid and older ones.
-        let is_revoked = |b: &LoggedBlock| {
-            revoked
-                .get(&b.tag.fs_block)
-                .is_some_and(|&r| tid_geq(r, tid))
-        };
-        verify_copies(io, c.area, c.format, c.transaction, |b| !is_revoked(b))?;
+        let is_revoked = |home: u64| revoked.get(&home).is_some_and(|&r| tid_geq(r, tid));
+        verify_copies(io, c.area, c.format, c.transaction, |b| {
+            !is_revoked(b.tag.fs_block)
+        })?;
         for logged in &c.transaction.blocks {
-            if is_revoked(logged) {
+            let home = logged.tag.fs_block;
+            if is_revoked(home) {
                 report.copies_revoked += 1;
                 continue;
             }
-            check_home(areas, device_blocks, tid, logged)?;
+            check_home(areas, device_blocks, tid, home, logged.journal_block)?;
             let copy = Copy {
                 area: c.area,
                 journal_block: logged.journal_block,
                 escaped: logged.tag.escaped,
             };
-            if copies.insert(logged.tag.fs_block, copy).is_some() {
+            let rebuild = Rebuild {
+                base: Base::Copy(copy),
+                records: Vec::new(),
+            };
+            if plan.insert(home, rebuild).is_some() {
                 report.copies_superseded += 1;
             }
         }
+        for logged in &c.transaction.records {
+            let home = logged.record.fs_block;
+            if is_revoked(home) {
+                report.copies_revoked += 1;
+                continue;
+            }
+            check_home(areas, device_blocks, tid, home, logged.journal_block)?;
+            report.records_replayed += 1;
+            let rebuild = plan.entry(home).or_insert(Rebuild {
+                base: Base::Home,
+                records: Vec::new(),
+            });
+            if logged.record.kind == RecordKind::Zeroed {
+                // Sets every byte: what came before no longer matters.
+                rebuild.records.clear();
+                if !matches!(rebuild.base, Base::Home) {
+                    report.copies_superseded += 1;
+                }
+                rebuild.base = Base::Home;
+            }
+            rebuild.records.push(&logged.record);
+        }
     }
-    Ok(copies)
+    Ok(plan)
 }
 
 /// A home block must be on the device and outside every journal area (replaying over the
@@ -751,9 +830,9 @@ fn check_home(
     areas: &[JournalArea],
     device_blocks: u64,
     tid: Tid,
-    logged: &LoggedBlock,
+    home: u64,
+    journal_block: u32,
 ) -> Result<(), JournalError> {
-    let home = logged.tag.fs_block;
     let in_journal = areas
         .iter()
         .flat_map(|a| a.runs())
@@ -767,30 +846,44 @@ fn check_home(
         format!("beyond the device's {device_blocks} blocks")
     };
     Err(JournalError::Corrupt {
-        structure: "descriptor tag",
-        journal_block: logged.journal_block,
+        structure: "descriptor tag or byte record",
+        journal_block,
         problem: format!("transaction {tid} logs file system block {home}, {place}"),
     })
 }
 
-/// Writes the planned copies home (unescaped), then flushes.
+/// Rebuilds the planned blocks (copies unescaped, then records applied) and writes them
+/// home, then flushes.
 fn replay(
     io: &IoQueue,
     block_size: u32,
-    copies: &BTreeMap<u64, Copy<'_>>,
+    plan: &BTreeMap<u64, Rebuild<'_>>,
 ) -> Result<(), JournalError> {
     const BATCH_BLOCKS: usize = 1024;
     let mut batch = Vec::with_capacity(BATCH_BLOCKS);
-    for (&home, copy) in copies {
-        let mut data = read_block(io, copy.area, copy.journal_block)?;
-        if copy.escaped {
-            unescape(&mut data);
+    for (&home, rebuild) in plan {
+        let offset = home * u64::from(block_size);
+        let mut data = match &rebuild.base {
+            Base::Copy(copy) => {
+                let mut data = read_block(io, copy.area, copy.journal_block)?;
+                if copy.escaped {
+                    unescape(&mut data);
+                }
+                data
+            }
+            Base::Home => {
+                let mut data = vec![0u8; block_size as usize];
+                // A ZEROED record first sets every byte: no need to read.
+                if rebuild.records.first().map(|r| r.kind) != Some(RecordKind::Zeroed) {
+                    io.read(offset, &mut data)?;
+                }
+                data
+            }
+        };
+        for record in &rebuild.records {
+            record.apply(&mut data);
         }
-        batch.push(WriteRequest::new(
-            home * u64::from(block_size),
-            Arc::from(data),
-            IoFlags::empty(),
-        ));
+        batch.push(WriteRequest::new(offset, Arc::from(data), IoFlags::empty()));
         if batch.len() == BATCH_BLOCKS {
             io.submit(std::mem::replace(
                 &mut batch,
@@ -830,8 +923,10 @@ fn mark_empty(io: &IoQueue, scan: &AreaScan<'_>) -> Result<(), JournalError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::records::plan_record;
+    use crate::format::superblock::INCOMPAT_JEXT_RECORDS;
     use crate::format::JBD2_MAGIC;
-    use crate::log::{CommitMode, LogFeatures, LogLayout};
+    use crate::log::{CommitMode, LogFeatures, LogLayout, LogPlan, RecordMode};
     use jext_device::{BlockDevice, SimDevice};
     use std::time::SystemTime;
 
@@ -850,7 +945,8 @@ mod tests {
             wide_blocks: true,
             fast_commit: false,
         };
-        let layout = LogLayout::load(&io, &area, features, mode, true, false).unwrap();
+        let layout =
+            LogLayout::load(&io, &area, features, mode, RecordMode::Bytes, true, false).unwrap();
         (dev, io, area, layout)
     }
 
@@ -867,7 +963,11 @@ mod tests {
             .map(|i| (100 + i, Arc::from(vec![i as u8; block_size])))
             .collect();
         blocks.push((99, Arc::from(escaped.clone())));
-        let mut log = layout.build_log_blocks(tid, &blocks, &[100, 7]);
+        let plan = LogPlan {
+            full: blocks,
+            records: Vec::new(),
+        };
+        let mut log = layout.build_log_blocks(tid, &plan, &[100, 7]);
         log.push(layout.commit_block(tid, SystemTime::now(), None));
         assert_eq!(log.len() as u32, layout.log_blocks_needed(301, 2));
         let mut at = layout.first;
@@ -914,8 +1014,11 @@ mod tests {
             let mut at = layout.first;
             let mut first_copy = None;
             for (tid, durable, home) in [(t1, t1.wrapping_sub(1), 50u64), (t2, t2_durable, 51)] {
-                let blocks: Vec<(u64, Arc<[u8]>)> = vec![(home, Arc::from(vec![7u8; block_size]))];
-                let mut log = layout.build_log_blocks(tid, &blocks, &[]);
+                let plan = LogPlan {
+                    full: vec![(home, Arc::from(vec![7u8; block_size]))],
+                    records: Vec::new(),
+                };
+                let mut log = layout.build_log_blocks(tid, &plan, &[]);
                 log.push(layout.commit_block(tid, SystemTime::now(), Some(durable)));
                 for block in &log {
                     dev.write_at(area.byte_offset(at), block, false).unwrap();
@@ -926,7 +1029,7 @@ mod tests {
             // A sector of t1's logged copy never reached the disk.
             let copy = area.byte_offset(first_copy.unwrap());
             dev.write_at(copy + 512, &[0u8; 512], false).unwrap();
-            layout.set_single_io_bit();
+            layout.set_live_bits(INCOMPAT_JEXT_SINGLE_IO);
             let sb_block = layout.superblock_block(layout.first, t1);
             dev.write_at(area.byte_offset(0), &sb_block, false).unwrap();
 
@@ -946,5 +1049,101 @@ mod tests {
                 assert_eq!(home, vec![0u8; block_size], "{t2} is not replayed");
             }
         }
+    }
+
+    /// Byte records replay in tid order with the copies: a DELTA on a whole copy of an
+    /// earlier transaction, a DELTA on the home block, a ZEROED record over garbage, and a
+    /// DELTA a later revoke cancels.
+    #[test]
+    fn byte_records_replay_on_copies_home_blocks_and_zeros() {
+        let bs = BLOCK_SIZE;
+        let (dev, io, area, layout) = rig(CommitMode::SingleIo);
+        let home = |block: u64| {
+            let mut buf = vec![0u8; bs];
+            dev.read_at(block * bs as u64, &mut buf).unwrap();
+            buf
+        };
+        let patterned = |seed: u8| -> Vec<u8> { (0..bs).map(|i| (i as u8) ^ seed).collect() };
+        let changed = |base: &[u8], at: usize, byte: u8| {
+            let mut new = base.to_vec();
+            new[at..at + 3].fill(byte);
+            new
+        };
+        // Home contents before the crash.
+        let home70 = patterned(70);
+        dev.write_at(70 * bs as u64, &home70, false).unwrap();
+        dev.write_at(60 * bs as u64, &vec![0xEE; bs], false)
+            .unwrap();
+        dev.write_at(80 * bs as u64, &patterned(80), false).unwrap();
+        let v50_1 = patterned(50);
+        let v50_2 = changed(&v50_1, 10, 1);
+        let v50_3 = changed(&v50_2, 900, 2);
+        let v70 = changed(&home70, 500, 3);
+        let mut v60 = vec![0u8; bs];
+        v60[bs - 8..].fill(6);
+        let limit = layout.record_limit();
+        let delta = |block, base: &[u8], new: &[u8]| plan_record(block, Some(base), new, limit);
+        let t1 = layout.sequence();
+        let transactions: Vec<(LogPlan, Vec<u64>)> = vec![
+            (
+                LogPlan {
+                    full: vec![(50, Arc::from(v50_1.clone()))],
+                    records: vec![
+                        delta(70, &home70, &v70).unwrap(),
+                        delta(80, &patterned(80), &changed(&patterned(80), 0, 9)).unwrap(),
+                    ],
+                },
+                vec![],
+            ),
+            (
+                LogPlan {
+                    full: vec![],
+                    records: vec![
+                        delta(50, &v50_1, &v50_2).unwrap(),
+                        plan_record(60, None, &v60, limit).unwrap(),
+                    ],
+                },
+                vec![80],
+            ),
+            (
+                LogPlan {
+                    full: vec![],
+                    records: vec![delta(50, &v50_2, &v50_3).unwrap()],
+                },
+                vec![],
+            ),
+        ];
+        let mut at = layout.first;
+        for (i, (plan, revokes)) in transactions.iter().enumerate() {
+            let tid = t1.wrapping_add(i as u32);
+            let mut log = layout.build_log_blocks(tid, plan, revokes);
+            log.push(layout.commit_block(tid, SystemTime::now(), Some(tid.wrapping_sub(1))));
+            assert_eq!(
+                log.len() as u32,
+                layout.plan_blocks_needed(plan, revokes.len())
+            );
+            for block in &log {
+                dev.write_at(area.byte_offset(at), block, false).unwrap();
+                at = layout.next(at);
+            }
+        }
+        layout.set_live_bits(INCOMPAT_JEXT_RECORDS | INCOMPAT_JEXT_SINGLE_IO);
+        let sb_block = layout.superblock_block(layout.first, t1);
+        dev.write_at(area.byte_offset(0), &sb_block, false).unwrap();
+
+        let report = recover(&io, std::slice::from_ref(&area)).unwrap();
+        assert_eq!(report.transactions, 3);
+        assert_eq!((report.records_replayed, report.copies_revoked), (4, 1));
+        assert_eq!(home(50), v50_3, "a whole copy, then two deltas");
+        assert_eq!(home(70), v70, "a delta on the home block");
+        assert_eq!(home(60), v60, "zeroed over garbage");
+        assert_eq!(home(80), patterned(80), "revoked: left as it was");
+        let sb = read_superblock(&io, &area).unwrap();
+        assert!(sb.is_clean() && !sb.has_incompat(INCOMPAT_JEXT_RECORDS));
+        // Run again (a crash during the first replay): the same result.
+        dev.write_at(area.byte_offset(0), &sb_block, false).unwrap();
+        recover(&io, std::slice::from_ref(&area)).unwrap();
+        assert_eq!(home(50), v50_3);
+        assert_eq!(home(70), v70);
     }
 }

@@ -34,6 +34,8 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    /// jext patch: where the reply goes when the request came on an io_uring entry.
+    ring_reply: Option<std::sync::Arc<crate::uring::RingReply>>,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -49,7 +51,26 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            ring_reply: None,
+            request,
+        })
+    }
+
+    /// jext patch: this request is answered on the io_uring entry it came on.
+    pub(crate) fn answering_on(self, reply: std::sync::Arc<crate::uring::RingReply>) -> Self {
+        Self {
+            ring_reply: Some(reply),
+            ..self
+        }
+    }
+
+    fn reply_sender(&self) -> ReplySender {
+        match &self.ring_reply {
+            Some(reply) => ReplySender::Ring(reply.clone(), self.ch.clone()),
+            None => ReplySender::Channel(self.ch.clone()),
+        }
     }
 
     /// Dispatch request to the given filesystem.
@@ -307,7 +328,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.reply_sender(),
                         x.size() as usize,
                     ),
                 );
@@ -483,7 +504,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.reply_sender(),
                         x.size() as usize,
                     ),
                 );
@@ -559,7 +580,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.reply_sender())
     }
 
     /// Returns a Request reference for this request

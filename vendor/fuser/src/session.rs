@@ -48,6 +48,7 @@ use crate::reply::Reply;
 use crate::reply::ReplyRaw;
 use crate::reply::ReplySender;
 use crate::request::RequestWithSender;
+use crate::uring::Transport;
 
 /// The max size of write requests from the kernel. The absolute minimum is 4k,
 /// FUSE recommends at least 128k, max 16M. The FUSE default is 16M on macOS
@@ -139,6 +140,10 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// jext patch: how requests reach the session after INIT.
+    transport: Transport,
+    /// jext patch: the payload buffer each io_uring entry needs (set at INIT).
+    uring_payload_bytes: usize,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +191,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            transport: Transport::DevFuse,
+            uring_payload_bytes: 0,
         };
 
         session.handshake()?;
@@ -214,6 +221,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            transport: Transport::DevFuse,
+            uring_payload_bytes: 0,
         };
 
         session.handshake()?;
@@ -252,6 +261,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            transport,
+            uring_payload_bytes,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -289,6 +300,33 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+
+        // jext patch: the io_uring queues' threads, beside the /dev/fuse ones (which still
+        // get FORGET and INTERRUPT, and everything if registration fails).
+        if transport == Transport::IoUring {
+            let queues = crate::uring::possible_cpus()?;
+            let Ok(queues) = u16::try_from(queues) else {
+                return Err(io::Error::other(format!(
+                    "{queues} CPUs: more FUSE ring queues than the kernel numbers"
+                )));
+            };
+            for qid in 0..queues {
+                for i in 0..n_threads {
+                    let thread_name = format!("fuser-ring-{qid}-{i}");
+                    let event_loop = SessionEventLoop {
+                        thread_name: thread_name.clone(),
+                        filesystem: filesystem.clone(),
+                        ch: channels[0].clone(),
+                        allowed,
+                        session_owner,
+                    };
+                    threads.push(thread::Builder::new().name(thread_name).spawn(move || {
+                        crate::uring::serve_queue(&event_loop, qid, uring_payload_bytes)
+                            .inspect_err(|e| error!("{e}; /dev/fuse serves on"))
+                    })?);
+                }
+            }
+        }
 
         for (i, ch) in channels.into_iter().enumerate() {
             let thread_name = format!("fuser-{i}");
@@ -422,6 +460,21 @@ impl<FS: Filesystem> Session<FS> {
                 ));
             };
             let res = filesystem.init(Request::ref_cast(request.header()), &mut config);
+            // jext patch: FUSE over io_uring, when asked for and offered.
+            if res.is_ok() && self.config.uring {
+                if let Some(why) = crate::uring::rings_refused() {
+                    self.transport = Transport::DevFuseFallback(why);
+                } else if config
+                    .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                    .is_ok()
+                {
+                    self.transport = Transport::IoUring;
+                    self.uring_payload_bytes =
+                        crate::uring::payload_bytes(config.max_write, config.max_pages());
+                } else {
+                    self.transport = Transport::DevFuseFallback(crate::uring::refusal());
+                }
+            }
             if let Err(error) = res {
                 let errno = Errno::from_i32(error.raw_os_error().unwrap_or(0));
                 <ReplyRaw as Reply>::new(request.unique(), ReplySender::Channel(self.ch.sender()))
@@ -499,6 +552,11 @@ impl<FS: Filesystem> Session<FS> {
     pub fn notifier(&self) -> Notifier {
         Notifier::new(self.ch.sender())
     }
+
+    /// jext patch: how requests reach this session, as agreed at INIT.
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
 }
 
 #[derive(Debug)]
@@ -539,23 +597,8 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Ok(size) => match RequestWithSender::new(self.ch.sender(), &buf[..size]) {
                     // Dispatch request
                     Some(req) => {
-                        if let Ok(Operation::Destroy(_)) = req.request.operation() {
-                            // jext patch: finish the file system's cleanup first.
-                            if let Some(fs) = &self.filesystem.fs {
-                                fs.destroy_before_reply();
-                            }
-                            req.reply::<ReplyEmpty>().ok();
+                        if self.serve(req) == Served::Destroy {
                             return Ok(());
-                        } else {
-                            // jext patch: a panic in the file system answers this request
-                            // with EIO (its reply is dropped unanswered) and the thread
-                            // serves on, instead of the mount losing a request thread.
-                            let dispatched = std::panic::catch_unwind(
-                                std::panic::AssertUnwindSafe(|| req.dispatch(self)),
-                            );
-                            if dispatched.is_err() {
-                                error!("a file system method panicked; answered EIO");
-                            }
                         }
                     }
                     // Quit loop on illegal request
@@ -570,6 +613,37 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
                 Err(err) => return Err(err.into()),
             }
         }
+    }
+}
+
+/// What serving a request was.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Served {
+    Request,
+    /// DESTROY, answered: the connection ends.
+    Destroy,
+}
+
+impl<FS: Filesystem> SessionEventLoop<FS> {
+    /// Dispatches one request, whichever transport brought it.
+    pub(crate) fn serve(&self, req: RequestWithSender<'_>) -> Served {
+        if let Ok(Operation::Destroy(_)) = req.request.operation() {
+            // jext patch: finish the file system's cleanup first.
+            if let Some(fs) = &self.filesystem.fs {
+                fs.destroy_before_reply();
+            }
+            req.reply::<ReplyEmpty>().ok();
+            return Served::Destroy;
+        }
+        // jext patch: a panic in the file system answers this request with EIO (its reply
+        // is dropped unanswered) and the thread serves on, instead of the mount losing a
+        // request thread.
+        let dispatched =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| req.dispatch(self)));
+        if dispatched.is_err() {
+            error!("a file system method panicked; answered EIO");
+        }
+        Served::Request
     }
 }
 

@@ -36,11 +36,12 @@ pub(crate) mod replay;
 
 use crate::blockmap;
 use crate::error::FsResult;
+use crate::op::{Op, Reach};
 use crate::options::IJournal;
-use crate::state::{FsInner, FsState, InodeInfo};
+use crate::state::{FsInner, InodeInfo};
 use jext_journal::format::fast_commit::{max_range_len, Dentry, FcRecord, OLD_INODE_SIZE};
 use jext_journal::{tid_gt, FastCommitOutcome, Tid};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Why an fsync committed the running transaction instead of writing a fast commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,13 +97,9 @@ const MAX_NEW_ANCESTORS: usize = 32;
 /// What an inode remembers for its next fast commit.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct FcInode {
-    /// The name it was created with, while that creation is not durable.
-    pub new_name: Option<NewName>,
     /// Logical blocks `[start, end)` whose mapping changed since its last fast commit,
     /// and the newest transaction that changed them.
     pub changed: Option<(u32, u32, Tid)>,
-    /// The last transaction that put it on or took it off the orphan list.
-    pub orphan_changed: Option<Tid>,
     /// The transaction and `InodeInfo::journaled_changes` its last fast commit that
     /// became durable carried it as of.
     pub fast_committed: Option<(Tid, u64)>,
@@ -113,16 +110,14 @@ pub(crate) struct NewName {
     pub parent: u32,
     pub name: Vec<u8>,
     pub tid: Tid,
+    /// A regular file (what fast commits can create).
+    pub regular: bool,
 }
 
 impl FcInode {
     /// Whether anything here still matters (a transaction named in it is not durable).
     pub fn is_live(&self, durable: Tid) -> bool {
-        self.new_name
-            .as_ref()
-            .is_some_and(|n| tid_gt(n.tid, durable))
-            || self.changed.is_some_and(|(_, _, t)| tid_gt(t, durable))
-            || self.orphan_changed.is_some_and(|t| tid_gt(t, durable))
+        self.changed.is_some_and(|(_, _, t)| tid_gt(t, durable))
     }
 
     pub fn note_changed(&mut self, from: u32, to: u64, tid: Tid) {
@@ -150,25 +145,57 @@ pub(crate) struct FcState {
     /// with them.
     pub unlinks: Vec<(Tid, Dentry)>,
     /// Inodes created by transactions that may not be durable, as (tid, parent, inode),
-    /// oldest first: what a directory's fsync looks through for its new entries
-    /// (each inode's name is in its `FcInode::new_name`).
+    /// oldest first: what a directory's fsync looks through for its new entries.
     pub created: VecDeque<(Tid, u32, u32)>,
+    /// The name each inode in `created` was made with (kept here rather than with the
+    /// inode: a new file's fsync looks at the names of the directories above it, which it
+    /// does not hold).
+    pub new_names: HashMap<u32, NewName>,
+    /// The last transaction that put each inode on or off the orphan list or changed its
+    /// link there (a removal changes the predecessor's, which nobody here holds).
+    pub orphan_changes: HashMap<u32, Tid>,
 }
 
 /// Removed names a fast commit carries at most; more commit in full until durable.
 const MAX_PENDING_UNLINKS: usize = 128;
 
 impl FcState {
-    /// Remembers a creation for directory fsyncs, forgetting those now durable.
-    pub fn note_created(&mut self, tid: Tid, parent: u32, ino: u32, durable: Tid) {
-        while self
-            .created
-            .front()
-            .is_some_and(|(t, _, _)| !tid_gt(*t, durable))
-        {
+    /// Remembers a creation (for directory fsyncs, and for the fsyncs of files below a
+    /// new directory), forgetting those now durable.
+    pub fn note_created(&mut self, name: NewName, ino: u32, durable: Tid) {
+        while let Some(&(t, _, old)) = self.created.front() {
+            if tid_gt(t, durable) {
+                break;
+            }
             self.created.pop_front();
+            if self.new_names.get(&old).is_some_and(|n| n.tid == t) {
+                self.new_names.remove(&old);
+            }
         }
-        self.created.push_back((tid, parent, ino));
+        self.created.push_back((name.tid, name.parent, ino));
+        self.new_names.insert(ino, name);
+    }
+
+    /// The name `ino` was created with, while that creation is not durable.
+    pub fn new_name(&self, ino: u32, durable: Tid) -> Option<&NewName> {
+        self.new_names.get(&ino).filter(|n| tid_gt(n.tid, durable))
+    }
+
+    /// Forgets a deleted inode (its number may be reused, by a file elsewhere).
+    pub fn forget_inode(&mut self, ino: u32) {
+        self.new_names.remove(&ino);
+        self.orphan_changes.remove(&ino);
+    }
+
+    /// Notes that `ino`'s orphan-list state changed in transaction `tid`.
+    pub fn note_orphan_change(&mut self, ino: u32, tid: Tid) {
+        self.orphan_changes.insert(ino, tid);
+    }
+
+    /// Whether `ino`'s orphan-list state changed in a transaction that is not durable.
+    fn orphan_changed(&mut self, ino: u32, durable: Tid) -> bool {
+        self.orphan_changes.retain(|_, t| tid_gt(*t, durable));
+        self.orphan_changes.contains_key(&ino)
     }
 
     /// Remembers an unlink for the fast commits to come; false if too many are pending.
@@ -219,18 +246,14 @@ pub(crate) struct Plan {
     pub file: Option<(u32, u64)>,
 }
 
-/// Turns an fsync of `ino` (whose data was just written back, and whose newest change
-/// is in transaction `wanted`) into a fast commit, or says why it must commit in full.
-pub(crate) fn plan(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    wanted: Tid,
-) -> FsResult<Result<Plan, Ineligible>> {
-    let is_dir = st.inodes[&ino].is_dir();
+/// Turns an fsync of `ino` (held by `op`, its data just written back, its newest change
+/// in transaction `wanted`) into a fast commit, or says why it must commit in full.
+pub(crate) fn plan(op: &mut Op, ino: u32, wanted: Tid) -> FsResult<Result<Plan, Ineligible>> {
+    let fs = op.fs;
+    let is_dir = op.inode(ino).is_dir();
     let checked = match is_dir {
-        true => eligible_directory(fs, st, ino),
-        false => eligible(fs, st, ino),
+        true => eligible_directory(fs, ino),
+        false => eligible(fs, op.inode(ino), ino),
     };
     if let Err(reason) = checked {
         return Ok(Err(reason));
@@ -243,13 +266,13 @@ pub(crate) fn plan(
     }
     let durable = fs.journal.committed_tid();
     if is_dir {
-        let records = match directory_records(fs, st, ino, durable)? {
+        let records = match directory_records(op, ino, durable)? {
             Ok(records) => records,
             Err(reason) => return Ok(Err(reason)),
         };
-        return Ok(Ok(take_ticket(st, tid, records, None)));
+        return Ok(Ok(take_ticket(fs, tid, durable, records, None)));
     }
-    let chain = match new_chain(fs, st, ino, durable)? {
+    let chain = match new_chain(fs, ino, durable) {
         Ok(chain) => chain,
         Err(reason) => return Ok(Err(reason)),
     };
@@ -259,39 +282,45 @@ pub(crate) fn plan(
     if chain.len() > 1 {
         return Ok(Err(Ineligible::NewDirectory));
     }
-    let ranges = range_records(fs, st, ino, durable)?;
-    let mut records = st.fc.unlink_records(durable);
+    let ranges = range_records(op, ino, durable)?;
+    let mut records = Vec::new();
     match chain.first() {
         // As Linux: the inode, its blocks, its name (replay links it with one link), and
         // the inode again, which sets the block count from the blocks now mapped.
         Some((_, name)) => {
-            records.push(inode_record(fs, st, ino));
+            records.push(inode_record(fs, op.inode(ino), ino));
             records.extend(ranges);
             records.push(FcRecord::Creat(dentry(name, ino)));
-            records.push(inode_record(fs, st, ino));
+            records.push(inode_record(fs, op.inode(ino), ino));
         }
         None => {
             records.extend(ranges);
-            records.push(inode_record(fs, st, ino));
+            records.push(inode_record(fs, op.inode(ino), ino));
         }
     }
-    let file = Some((ino, st.inodes[&ino].journaled_changes));
-    Ok(Ok(take_ticket(st, tid, records, file)))
+    let file = Some((ino, op.inode(ino).journaled_changes));
+    Ok(Ok(take_ticket(fs, tid, durable, records, file)))
 }
 
-/// The plan for `records`, with the next ticket.
+/// The plan for `records`, after the UNLINK records of every removal not yet carried,
+/// with the next ticket: one critical section, so that a removal is carried by the
+/// first fast commit (in ticket order) planned after it.
 fn take_ticket(
-    st: &mut FsState,
+    fs: &FsInner,
     tid: Tid,
+    durable: Tid,
     records: Vec<FcRecord>,
     file: Option<(u32, u64)>,
 ) -> Plan {
-    let ticket = st.fc.next_ticket;
-    st.fc.next_ticket += 1;
-    let first_ticket_of_tid = match st.fc.tid_first_ticket {
+    let mut fc = fs.fc.lock();
+    let mut all = fc.unlink_records(durable);
+    all.extend(records);
+    let ticket = fc.next_ticket;
+    fc.next_ticket += 1;
+    let first_ticket_of_tid = match fc.tid_first_ticket {
         Some((t, first)) if t == tid => first,
         _ => {
-            st.fc.tid_first_ticket = Some((tid, ticket));
+            fc.tid_first_ticket = Some((tid, ticket));
             ticket
         }
     };
@@ -299,32 +328,30 @@ fn take_ticket(
         ticket,
         first_ticket_of_tid,
         tid,
-        records,
+        records: all,
         file,
     }
 }
 
-/// Whether an fsync of `ino` wanting transaction `wanted` has nothing to commit: the
-/// file's last durable fast commit carried it in `wanted` and nothing of it changed
-/// since, and no fast commit is owed anything else (an unlink not yet carried, a change
-/// only a full commit can carry). Linux writes the fast commit again; jext only flushes
-/// the data written in place, as ext4 without fast commits does for an inode whose
-/// transaction committed.
-pub(crate) fn already_durable(fs: &FsInner, st: &FsState, ino: u32, wanted: Tid) -> bool {
-    let info = &st.inodes[&ino];
+/// Whether an fsync of `ino` (held by `op`) wanting transaction `wanted` has nothing to
+/// commit: the file's last durable fast commit carried it in `wanted` and nothing of it
+/// changed since, and no fast commit is owed anything else (an unlink not yet carried, a
+/// change only a full commit can carry). Linux writes the fast commit again; jext only
+/// flushes the data written in place, as ext4 without fast commits does for an inode
+/// whose transaction committed.
+pub(crate) fn already_durable(op: &Op, ino: u32, wanted: Tid) -> bool {
+    let info = op.inode(ino);
     info.is_reg()
         && info.fc.fast_committed == Some((wanted, info.journaled_changes))
-        && st.fc.unlinks.is_empty()
-        && eligible(fs, st, ino).is_ok()
+        && op.fs.fc.lock().unlinks.is_empty()
+        && eligible(op.fs, info, ino).is_ok()
 }
 
-/// Records that `plan`'s fast commit is durable (once `write` said so).
-pub(crate) fn note_durable(st: &mut FsState, tid: Tid, file: Option<(u32, u64)>) {
-    if let Some((ino, changes)) = file {
-        if let Some(info) = st.inodes.get_mut(&ino) {
-            info.fc.fast_committed = Some((tid, changes));
-        }
-    }
+/// Records that `plan`'s fast commit is durable (once `write` said so), in the file's
+/// inode, which `op` holds again.
+pub(crate) fn note_durable(op: &mut Op, tid: Tid, file: (u32, u64)) {
+    let (ino, changes) = file;
+    op.inode_mut(ino).fc.fast_committed = Some((tid, changes));
 }
 
 /// A directory's fsync makes its entries durable: the names removed from it (every
@@ -333,68 +360,74 @@ pub(crate) fn note_durable(st: &mut FsState, tid: Tid, file: Option<(u32, u64)>)
 /// ranges, CREAT, INODE). Linux makes a directory fsync a fast commit too (of every
 /// queued entry change); SQLite's rollback journal fsyncs its directory on every
 /// transaction. A child this cannot say (a new directory or special file, an open
-/// unlinked file) makes the fsync commit in full.
+/// unlinked file) makes the fsync commit in full. The children are locked here, after
+/// the directory, in ascending order (all regular files).
 fn directory_records(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     dir: u32,
     durable: Tid,
 ) -> FsResult<Result<Vec<FcRecord>, Ineligible>> {
-    // Each still-new child once, by its current name (an inode number may have been
-    // freed and created again meanwhile; one deleted since has no entry any more).
-    let mut children: Vec<(u32, NewName)> = st
-        .fc
-        .created
-        .iter()
-        .filter(|&&(tid, parent, _)| parent == dir && tid_gt(tid, durable))
-        .filter_map(|&(_, _, ino)| {
-            let name = st.inodes.get(&ino)?.fc.new_name.as_ref()?;
-            (name.parent == dir && tid_gt(name.tid, durable)).then(|| (ino, name.clone()))
-        })
-        .collect();
-    children.sort_by_key(|(ino, _)| *ino);
-    children.dedup_by_key(|(ino, _)| *ino);
+    let children = match new_children(op.fs, dir, durable) {
+        Ok(children) => children,
+        Err(reason) => return Ok(Err(reason)),
+    };
     for (child, _) in &children {
-        let info = &st.inodes[child];
+        op.lock(*child, Reach::EntryOf(dir))?;
+    }
+    let mut records = Vec::new();
+    for (child, name) in &children {
+        let info = op.inode(*child);
         if info.raw.links_count() == 0 {
             // Unlinked since (its UNLINK is pending) but still open: nothing to create.
             continue;
         }
-        if let Err(reason) = eligible(fs, st, *child) {
+        if let Err(reason) = eligible(op.fs, info, *child) {
             return Ok(Err(reason));
         }
-    }
-    let mut records = st.fc.unlink_records(durable);
-    for (child, name) in &children {
-        if st.inodes[child].raw.links_count() == 0 {
-            continue;
-        }
-        let ranges = range_records(fs, st, *child, durable)?;
-        records.push(inode_record(fs, st, *child));
+        let ranges = range_records(op, *child, durable)?;
+        records.push(inode_record(op.fs, op.inode(*child), *child));
         records.extend(ranges);
         records.push(FcRecord::Creat(dentry(name, *child)));
-        records.push(inode_record(fs, st, *child));
+        records.push(inode_record(op.fs, op.inode(*child), *child));
     }
     Ok(Ok(records))
 }
 
+/// Each still-new child of `dir` once, by its current name, in ascending inode order (an
+/// inode number may have been freed and created again meanwhile; one deleted since has
+/// no name left here). A new child that is not a regular file makes the directory's fsync
+/// commit in full.
+fn new_children(fs: &FsInner, dir: u32, durable: Tid) -> Result<Vec<(u32, NewName)>, Ineligible> {
+    let fc = fs.fc.lock();
+    let mut children: Vec<(u32, NewName)> = fc
+        .created
+        .iter()
+        .filter(|&&(tid, parent, _)| parent == dir && tid_gt(tid, durable))
+        .filter_map(|&(_, _, ino)| {
+            let name = fc.new_name(ino, durable)?;
+            (name.parent == dir).then(|| (ino, name.clone()))
+        })
+        .collect();
+    if children.iter().any(|(_, name)| !name.regular) {
+        return Err(Ineligible::NotRegular);
+    }
+    children.sort_by_key(|(ino, _)| *ino);
+    children.dedup_by_key(|(ino, _)| *ino);
+    Ok(children)
+}
+
 /// Whether a directory's fsync can be a fast commit: its own creation is durable and
 /// no change a fast commit cannot say is pending.
-fn eligible_directory(fs: &FsInner, st: &FsState, dir: u32) -> Result<(), Ineligible> {
+fn eligible_directory(fs: &FsInner, dir: u32) -> Result<(), Ineligible> {
     if fs.journal.fast_commit_area_blocks() == 0 {
         return Err(Ineligible::NoArea);
     }
     let durable = fs.journal.committed_tid();
-    let info = &st.inodes[&dir];
-    if info
-        .fc
-        .new_name
-        .as_ref()
-        .is_some_and(|n| tid_gt(n.tid, durable))
-    {
+    let fc = fs.fc.lock();
+    if fc.new_name(dir, durable).is_some() {
         return Err(Ineligible::NewDirectory);
     }
-    match st.fc.ineligible {
+    match fc.ineligible {
         Some((tid, reason)) if tid_gt(tid, durable) => Err(reason),
         _ => Ok(()),
     }
@@ -446,23 +479,23 @@ fn note_fallback(fs: &FsInner, reason: Ineligible) {
         .or_default() += 1;
 }
 
-fn eligible(fs: &FsInner, st: &FsState, ino: u32) -> Result<(), Ineligible> {
+/// Whether `info` (inode `ino`, held) can be carried by a fast commit.
+fn eligible(fs: &FsInner, info: &InodeInfo, ino: u32) -> Result<(), Ineligible> {
     if fs.journal.fast_commit_area_blocks() == 0 {
         return Err(Ineligible::NoArea);
     }
-    let info = &st.inodes[&ino];
     if !info.is_reg() {
         return Err(Ineligible::NotRegular);
     }
     let durable = fs.journal.committed_tid();
-    let orphan_changed = info.fc.orphan_changed.is_some_and(|t| tid_gt(t, durable));
-    if orphan_changed || info.raw.links_count() == 0 {
+    let mut fc = fs.fc.lock();
+    if fc.orphan_changed(ino, durable) || info.raw.links_count() == 0 {
         return Err(Ineligible::Orphan);
     }
     if fs.journals_data(&info.raw) {
         return Err(Ineligible::DataJournaled);
     }
-    match st.fc.ineligible {
+    match fc.ineligible {
         Some((tid, reason)) if tid_gt(tid, durable) => Err(reason),
         _ => Ok(()),
     }
@@ -470,27 +503,19 @@ fn eligible(fs: &FsInner, st: &FsState, ino: u32) -> Result<(), Ineligible> {
 
 /// The file and each new directory above it whose creation is not durable, bottom up,
 /// with the names they were created with; empty if the file's own name is durable.
-fn new_chain(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    durable: Tid,
-) -> FsResult<Result<Vec<(u32, NewName)>, Ineligible>> {
+fn new_chain(fs: &FsInner, ino: u32, durable: Tid) -> Result<Vec<(u32, NewName)>, Ineligible> {
+    let fc = fs.fc.lock();
     let mut chain = Vec::new();
     let mut at = ino;
-    loop {
-        crate::inodes::load(fs, st, at)?;
-        let info = &st.inodes[&at];
-        let Some(name) = info.fc.new_name.clone().filter(|n| tid_gt(n.tid, durable)) else {
-            return Ok(Ok(chain));
-        };
+    while let Some(name) = fc.new_name(at, durable) {
         if chain.len() == MAX_NEW_ANCESTORS {
-            return Ok(Err(Ineligible::DeepPath));
+            return Err(Ineligible::DeepPath);
         }
         let parent = name.parent;
-        chain.push((at, name));
+        chain.push((at, name.clone()));
         at = parent;
     }
+    Ok(chain)
 }
 
 fn dentry(name: &NewName, ino: u32) -> Dentry {
@@ -502,8 +527,7 @@ fn dentry(name: &NewName, ino: u32) -> Dentry {
 }
 
 /// The inode as the journal would log it: the 128-byte base and its `i_extra_isize`.
-fn inode_record(fs: &FsInner, st: &FsState, ino: u32) -> FcRecord {
-    let info: &InodeInfo = &st.inodes[&ino];
+fn inode_record(fs: &FsInner, info: &InodeInfo, ino: u32) -> FcRecord {
     let mut raw = info.raw.encode(ino, fs.csum_seed);
     let len = if fs.geo.inode_size as usize > OLD_INODE_SIZE {
         OLD_INODE_SIZE + usize::from(info.raw.extra_isize())
@@ -516,13 +540,9 @@ fn inode_record(fs: &FsInner, st: &FsState, ino: u32) -> FcRecord {
 
 /// ADD_RANGE for every mapped run and DEL_RANGE for every hole in the blocks whose
 /// mapping changed since the file's last fast commit (taken: the next starts afresh).
-fn range_records(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    durable: Tid,
-) -> FsResult<Vec<FcRecord>> {
-    let info = st.inodes.get_mut(&ino).expect("loaded");
+fn range_records(op: &mut Op, ino: u32, durable: Tid) -> FsResult<Vec<FcRecord>> {
+    let fs = op.fs;
+    let info = op.inode_mut(ino);
     let Some((start, end, tid)) = info.fc.changed.take() else {
         return Ok(Vec::new());
     };

@@ -50,8 +50,9 @@ use crate::format::Location;
 use crate::groups::read_desc;
 use crate::meta::{MetaIo, MetaRead};
 use crate::namei::LINK_MAX;
+use crate::op::Op;
 use crate::orphan;
-use crate::state::{FsInner, FsState};
+use crate::state::FsInner;
 use crate::tx::Tx;
 use crate::types::{FileKind, Timestamp, ROOT_INO};
 use crate::xattr_ops;
@@ -108,26 +109,27 @@ impl fmt::Display for ReplayReport {
 }
 
 /// Applies recovered fast commits, in log order, as changes of the running transaction.
-pub(crate) fn apply(
-    fs: &FsInner,
-    st: &mut FsState,
-    records: &[FcRecord],
-) -> FsResult<ReplayReport> {
+pub(crate) fn apply(op: &mut Op, records: &[FcRecord]) -> FsResult<ReplayReport> {
+    let fs = op.fs;
+    assert!(
+        op.is_exclusive(),
+        "fast-commit replay runs with the file system to itself"
+    );
     let mut report = ReplayReport::default();
     if records.is_empty() {
         return Ok(report);
     }
-    let mut meta = MetadataMap::new(fs, st)?;
+    let mut meta = MetadataMap::new(fs)?;
     for (i, record) in records.iter().enumerate() {
         check_record(fs, record, &mut meta).map_err(|why| bad_record(i, record, why))?;
     }
     // One handle for the whole replay: it must commit as one transaction, since once
     // the fast commits' tid commits they are no longer valid.
-    let mut tx = Tx::begin(fs, st, fs.journal.max_transaction_blocks() / 2)?;
+    let mut tx = Tx::begin(op, fs.journal.max_transaction_blocks() / 2)?;
     let tid = tx.tid();
     for record in records {
         if let FcRecord::AddRange { pblk, len, .. } = record {
-            tx.st.alloc.hold(*pblk, u64::from(*len), tid);
+            tx.fs.alloc.pending.lock().hold(*pblk, u64::from(*len), tid);
         }
     }
     let mut touched = Touched::default();
@@ -240,12 +242,12 @@ struct MetadataMap {
 }
 
 impl MetadataMap {
-    fn new(fs: &FsInner, st: &FsState) -> FsResult<MetadataMap> {
-        let ino = match st.sb.journal_inum() {
+    fn new(fs: &FsInner) -> FsResult<MetadataMap> {
+        let ino = match fs.sb.lock().journal_inum() {
             0 => 8,
             n => n,
         };
-        let raw = crate::inodes::read_record(fs, st, ino)?;
+        let raw = crate::inodes::read_record(fs, ino)?;
         let journal = blockmap::extents(fs, ino, &raw)?
             .iter()
             .map(|e| (e.start, e.start + u64::from(e.len)))
@@ -423,17 +425,18 @@ fn in_use(tx: &mut Tx, ino: u32) -> FsResult<Option<Inode>> {
             tx.fs.geo.inodes_count
         )));
     }
-    if !tx.st.inodes.contains_key(&ino) && slot_never_used(tx.fs, ino)? {
+    let cached = tx.op.holds(ino) || tx.fs.inodes.cached(ino).is_some();
+    if !cached && slot_never_used(tx.fs, ino)? {
         return Ok(None);
     }
-    let raw = match tx.st.inodes.get(&ino) {
-        Some(info) => info.raw.clone(),
-        None => crate::inodes::read_record(tx.fs, tx.st, ino)?,
+    let raw = match cached {
+        true => tx.inode(ino)?.raw.clone(),
+        false => crate::inodes::read_record(tx.fs, ino)?,
     };
     if raw.mode() == 0 || raw.links_count() == 0 {
         return Ok(None);
     }
-    tx.load_inode(ino)?;
+    tx.inode(ino)?;
     Ok(Some(raw))
 }
 
@@ -441,13 +444,13 @@ fn in_use(tx: &mut Tx, ino: u32) -> FsResult<Option<Inode>> {
 /// used, else the cached copy or the table's bytes.
 fn current_bytes(tx: &mut Tx, ino: u32) -> FsResult<Vec<u8>> {
     let size = tx.fs.geo.inode_size as usize;
-    if let Some(info) = tx.st.inodes.get(&ino) {
-        return Ok(info.raw.raw().to_vec());
+    if tx.op.holds(ino) || tx.fs.inodes.cached(ino).is_some() {
+        return Ok(tx.inode(ino)?.raw.raw().to_vec());
     }
     if slot_never_used(tx.fs, ino)? {
         return Ok(vec![0; size]);
     }
-    let (block, offset) = crate::inodes::table_location(tx.fs, tx.st, ino)?;
+    let (block, offset) = crate::inodes::table_location(tx.fs, ino)?;
     Ok(tx
         .buffer(block)?
         .read(|b| b[offset..offset + size].to_vec()))
@@ -489,7 +492,7 @@ fn replay_inode(tx: &mut Tx, touched: &mut Touched, ino: u32, logged: &[u8]) -> 
     }
     let was_dir = old_in_use && is_dir_mode(old.mode());
     mark_inode_used(tx, ino, is_dir_mode(raw.mode()), was_dir)?;
-    tx.st.insert_inode(ino, raw);
+    tx.op.put_inode(ino, raw)?;
     tx.write_inode(ino)?;
     touched.inodes.insert(ino);
     Ok(())
@@ -535,7 +538,7 @@ fn add_range(tx: &mut Tx, touched: &mut Touched, ino: u32, e: Extent) -> FsResul
             extent_tree::insert(&mut io, root, owner, e)
         })?;
     }
-    tx.st.note_data_change(ino);
+    tx.op.note_data_change(ino);
     tx.write_inode(ino)?;
     Ok(true)
 }
@@ -551,7 +554,7 @@ fn del_range(tx: &mut Tx, touched: &mut Touched, ino: u32, from: u32, to: u64) -
             extent_tree::remove_range(&mut ReplayIo { tx }, root, owner, from, to)
         })?;
     }
-    tx.st.note_data_change(ino);
+    tx.op.note_data_change(ino);
     tx.write_inode(ino)?;
     Ok(true)
 }
@@ -712,7 +715,7 @@ fn delete(tx: &mut Tx, ino: u32, is_dir: bool) -> FsResult<()> {
     info.raw
         .set_dtime(now.seconds.clamp(1, i64::from(u32::MAX)) as u32);
     tx.write_inode(ino)?;
-    tx.st.note_data_change(ino);
+    tx.op.note_data_change(ino);
     alloc::free_inode(tx, ino, is_dir)
 }
 
@@ -802,11 +805,11 @@ fn mark_blocks_of(tx: &mut Tx, ino: u32) -> FsResult<bool> {
 /// The transaction as the extent tree's metadata IO during replay: frees only clear
 /// bitmap bits (whatever they were: a record may free what an INODE record already
 /// cleared), and hold the blocks until the replay commits.
-struct ReplayIo<'r, 'a> {
-    tx: &'r mut Tx<'a>,
+struct ReplayIo<'r, 'a, 'fs> {
+    tx: &'r mut Tx<'a, 'fs>,
 }
 
-impl MetaRead for ReplayIo<'_, '_> {
+impl MetaRead for ReplayIo<'_, '_, '_> {
     fn block_size(&self) -> usize {
         self.tx.block_size()
     }
@@ -816,7 +819,7 @@ impl MetaRead for ReplayIo<'_, '_> {
     }
 }
 
-impl MetaIo for ReplayIo<'_, '_> {
+impl MetaIo for ReplayIo<'_, '_, '_> {
     fn modify_block(&mut self, block: u64, change: &mut dyn FnMut(&mut [u8])) -> FsResult<()> {
         self.tx.modify_block(block, change)
     }
@@ -927,7 +930,8 @@ mod tests {
             f.fsync().unwrap();
         }
         fs.sync().unwrap();
-        fs.with_state(|inner, st| {
+        fs.with_exclusive(|op| {
+            let inner = op.fs;
             let geo = &inner.geo;
             let last = geo.group_count - 1;
             let desc = read_desc(inner, last).unwrap();
@@ -949,7 +953,8 @@ mod tests {
                 .take(3)
                 .collect();
             let mut lookup = |parent: u32, name: &str| {
-                crate::namei::lookup(inner, st, parent, name.as_bytes()).unwrap()
+                op.lock(parent, crate::op::Reach::First).unwrap();
+                crate::namei::lookup(op, parent, name.as_bytes()).unwrap()
             };
             let dir_a = lookup(ROOT_INO, "a");
             Plan {
@@ -960,7 +965,7 @@ mod tests {
                 trunc: lookup(dir_a, "trunc"),
                 dir_a,
                 journal_block: {
-                    let journal = crate::inodes::read_record(inner, st, 8).unwrap();
+                    let journal = crate::inodes::read_record(inner, 8).unwrap();
                     blockmap::extents(inner, 8, &journal).unwrap()[0].start + 5
                 },
             }
@@ -994,7 +999,8 @@ mod tests {
         let bs = plan.bs;
         let data = pattern(1, 3 * bs);
         let inner_data = pattern(2, bs);
-        fs.with_state(|inner, _| {
+        fs.with_exclusive(|op| {
+            let inner = op.fs;
             let write = |block: u64, bytes: &[u8]| {
                 inner
                     .io
@@ -1055,7 +1061,7 @@ mod tests {
     }
 
     fn replay(fs: &Fs, records: &[FcRecord]) -> FsResult<ReplayReport> {
-        let report = fs.with_state(|inner, st| apply(inner, st, records))?;
+        let report = fs.with_exclusive(|op| apply(op, records))?;
         fs.sync()?;
         report
     }
@@ -1154,7 +1160,7 @@ mod tests {
         let fs = image.mount();
         let plan = base_state(&fs);
         let before = snapshot(&fs);
-        let blocks = fs.with_state(|inner, _| inner.geo.blocks_count).unwrap();
+        let blocks = fs.with_exclusive(|op| op.fs.geo.blocks_count).unwrap();
         let inodes = fs.statfs().unwrap().inodes as u32;
         let good = records(&fs, &plan);
         let bad: Vec<(FcRecord, &str)> = vec![
@@ -1256,7 +1262,7 @@ mod tests {
             };
             list.insert(at, record);
             let err = fs
-                .with_state(|inner, st| apply(inner, st, &list))
+                .with_exclusive(|op| apply(op, &list))
                 .unwrap()
                 .expect_err(why);
             let text = err.to_string();
@@ -1278,7 +1284,8 @@ mod tests {
         let before = snapshot(&fs);
         // New inodes on hundreds of inode-table blocks: more than one handle may change.
         let (records, limit) = fs
-            .with_state(|inner, _| {
+            .with_exclusive(|op| {
+                let inner = op.fs;
                 let geo = &inner.geo;
                 let records: Vec<FcRecord> = (0..geo.inodes_count)
                     .map(|i| geo.inodes_count - i)
@@ -1295,7 +1302,7 @@ mod tests {
             .unwrap();
         assert!(records.len() as u32 > limit, "{} records", records.len());
         let err = fs
-            .with_state(|inner, st| apply(inner, st, &records))
+            .with_exclusive(|op| apply(op, &records))
             .unwrap()
             .expect_err("too large for one transaction");
         assert!(

@@ -1,23 +1,24 @@
 //! Data writes in flight: what writeback issued and has not yet seen complete, with the
 //! journal handle that must stay open until it did.
 //!
-//! Writeback issues a file's data writes under the file system lock and, where the caller
-//! can, waits for them after releasing it, so that other threads' operations (and their
-//! data writes) go on while this one's transfer. The handle that maps newly allocated
+//! Writeback issues a file's data writes with the file's inode locked and, where the
+//! caller can, waits for them after releasing it, so that other operations on the file
+//! go on while its data transfers. The handle that maps newly allocated
 //! blocks stays open until their data transferred: its transaction cannot commit (nor a
 //! fast commit carry it) before the data reached the device, which is what data=ordered
 //! promises. The pages stay pinned in the page cache meanwhile (a read that missed the
 //! cache would see the device's older bytes).
 //!
 //! Promises: [`DataInFlight::finish`] waits for the writes, then stops the handle, and
-//! only then takes the lock, to unpin the pages; a failed write aborts the journal when
+//! only then unpins the pages; a failed write aborts the journal when
 //! the handle changed metadata (the mapping of blocks whose data never arrived must not
 //! commit) and leaves an overwritten page dirty otherwise. Must never be held by a thread
 //! that starts another handle before finishing it: that start may wait for a commit that
 //! waits for this handle.
 
 use crate::error::{FsError, FsResult};
-use crate::state::{FsInner, FsState};
+use crate::lock_order::held;
+use crate::state::FsInner;
 use jext_cache::PageWriteback;
 use jext_device::DeviceError;
 use jext_io::IoTicket;
@@ -58,25 +59,15 @@ impl DataInFlight {
         self.tickets.is_empty() && self.handle.is_none()
     }
 
-    /// Waits for the writes with the file system lock released (the caller must not hold
-    /// it), stops the handle, then unpins the pages under the lock.
+    /// Waits for the writes, stops the handle, then unpins the pages. The caller releases
+    /// its inodes first where it can (fsync, writeback), so that other operations on them
+    /// go on meanwhile; it must not lock an inode again before this returns.
     pub fn finish(mut self, fs: &FsInner) -> FsResult<()> {
         if self.is_empty() {
             return Ok(());
         }
         let failure = self.wait_and_stop(fs);
-        let mut st = fs.state.lock();
-        self.unpin(&mut st, failure)
-    }
-
-    /// The same, for a caller that holds the lock (it waits under it, as before writes
-    /// went in flight).
-    pub fn finish_locked(mut self, fs: &FsInner, st: &mut FsState) -> FsResult<()> {
-        if self.is_empty() {
-            return Ok(());
-        }
-        let failure = self.wait_and_stop(fs);
-        self.unpin(st, failure)
+        self.unpin(fs, failure)
     }
 
     /// Waits for every write; on a failure under a handle that changed metadata, aborts
@@ -93,22 +84,34 @@ impl DataInFlight {
         }
         if let Some(handle) = self.handle.take() {
             handle.stop();
+            held::leave_handle();
         }
         failure
     }
 
-    fn unpin(self, st: &mut FsState, failure: Option<DeviceError>) -> FsResult<()> {
+    fn unpin(&mut self, fs: &FsInner, failure: Option<DeviceError>) -> FsResult<()> {
+        let mut pages = fs.pages.lock();
         for page in &self.pages {
-            st.pages.end_writeback(page, failure.is_some());
+            pages.end_writeback(page, failure.is_some());
         }
+        drop(pages);
         match failure {
             None => Ok(()),
             Some(err) => {
                 if self.handle_dirtied {
-                    st.error.get_or_insert(abort_reason(&err));
+                    fs.set_error(abort_reason(&err));
                 }
                 Err(FsError::Device(err))
             }
+        }
+    }
+}
+
+impl Drop for DataInFlight {
+    fn drop(&mut self) {
+        // Dropped unfinished (an error on the way): the handle stops as it drops.
+        if self.handle.is_some() {
+            held::leave_handle();
         }
     }
 }

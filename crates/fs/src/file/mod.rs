@@ -6,7 +6,8 @@
 //!
 //! Promises: the on-disk size only grows in the transaction that maps the data under it,
 //! so a crash never shows a file longer than what reached the disk. Must never wait for a
-//! commit (callers do, with the file system lock released).
+//! commit (callers do, with nothing locked). Every function here works on inodes the
+//! caller's operation holds.
 
 mod in_flight;
 mod read;
@@ -16,8 +17,8 @@ mod writeback;
 pub(crate) use in_flight::DataInFlight;
 use read::page_data;
 pub(crate) use read::read;
-pub(crate) use write::write;
-pub(crate) use writeback::{issue_writeback, writeback};
+pub(crate) use write::{balance_dirty, write};
+pub(crate) use writeback::{issue_writeback, write_back_unlocked, writeback};
 use writeback::{release_reservations, sync_size_and_inode};
 
 use crate::blockmap;
@@ -25,7 +26,7 @@ use crate::error::{FsError, FsResult};
 use crate::format::extent::Extent;
 use crate::inodes::stamp;
 use crate::namei::ensure_space;
-use crate::state::{FsInner, FsState};
+use crate::op::Op;
 use crate::truncate;
 use crate::tx::Tx;
 use crate::types::{FallocateMode, Timestamp};
@@ -39,9 +40,9 @@ const ALLOCATION_METADATA_BLOCKS: u64 = 16;
 /// block and every run end fits a `u32`.
 const MAX_FILE_BLOCKS: u64 = (1 << 32) - 1;
 
-fn load_regular(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
-    crate::inodes::load(fs, st, ino)?;
-    let info = &st.inodes[&ino];
+/// Fails unless `ino` (held by `op`) is a regular file.
+fn check_regular(op: &Op, ino: u32) -> FsResult<()> {
+    let info = op.inode(ino);
     if info.is_dir() {
         return Err(FsError::IsDir(format!("inode {ino}")));
     }
@@ -57,19 +58,18 @@ fn load_regular(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
 /// `datasync`); returns the transaction to wait for, whether a flush is needed, and the
 /// data writes the caller must finish (with the lock released) before either.
 pub(crate) fn prepare_sync(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     ino: u32,
     datasync: bool,
 ) -> FsResult<(Option<Tid>, bool, DataInFlight)> {
-    crate::inodes::load(fs, st, ino)?;
+    let fs = op.fs;
     let in_flight = if fs.is_read_only() {
         DataInFlight::default()
     } else {
-        issue_writeback(fs, st, ino, !datasync)?.1
+        issue_writeback(op, ino, !datasync)?.1
     };
     let committed = fs.journal.committed_tid();
-    let info = st.inodes.get_mut(&ino).expect("loaded");
+    let info = op.inode_mut(ino);
     // A directory's entries are its data: fdatasync of a directory must make them durable
     // as fsync does (SQLite syncs the directory so after deleting a rollback journal).
     let datasync = datasync && !info.is_dir();
@@ -92,58 +92,57 @@ fn later_tid(a: Option<Tid>, b: Option<Tid>) -> Option<Tid> {
 
 /// Zeroes bytes `[from, to)` of page `index`. A page over a hole or an unwritten block
 /// that nobody dirtied already reads as zeros, so it is dropped rather than dirtied.
-fn zero_in_page(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    index: u64,
-    from: usize,
-    to: usize,
-) -> FsResult<()> {
-    let raw = st.inodes[&ino].raw.clone();
+fn zero_in_page(op: &mut Op, ino: u32, index: u64, from: usize, to: usize) -> FsResult<()> {
+    let fs = op.fs;
+    let raw = op.inode(ino).raw.clone();
     let written = blockmap::lookup(fs, ino, &raw, index as u32)?.is_some_and(|e| !e.unwritten);
-    let dirty = st.pages.get(ino, index).is_some_and(|p| p.is_dirty());
+    let dirty = fs
+        .pages
+        .lock()
+        .get(ino, index)
+        .is_some_and(|p| p.is_dirty());
     if written || dirty {
-        page_data(fs, st, ino, index)?;
-        st.pages.modify(ino, index, |p| p[from..to].fill(0));
+        page_data(op, ino, index)?;
+        fs.pages.lock().modify(ino, index, |p| p[from..to].fill(0));
     } else {
-        st.pages.discard(ino, index, index + 1);
+        fs.pages.lock().discard(ino, index, index + 1);
     }
     Ok(())
 }
 
 /// Changes the size of `ino` to `new_size`.
-pub(crate) fn set_size(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) -> FsResult<()> {
-    load_regular(fs, st, ino)?;
+pub(crate) fn set_size(op: &mut Op, ino: u32, new_size: u64) -> FsResult<()> {
+    let fs = op.fs;
+    check_regular(op, ino)?;
     let bs = u64::from(fs.geo.block_size);
     if new_size > MAX_FILE_BLOCKS * bs {
         return Err(FsError::FileTooBig(format!("inode {ino}: size {new_size}")));
     }
-    let old = st.inodes[&ino].size;
+    let old = op.inode(ino).size;
     if new_size < old {
         // Zero the tail of the new last page, so growing the file later shows zeros.
         if !new_size.is_multiple_of(bs) {
             let within = (new_size % bs) as usize;
-            zero_in_page(fs, st, ino, new_size / bs, within, bs as usize)?;
+            zero_in_page(op, ino, new_size / bs, within, bs as usize)?;
         }
         let keep_pages = new_size.div_ceil(bs);
-        st.pages.truncate(ino, keep_pages);
-        let info = st.inodes.get_mut(&ino).expect("loaded");
+        fs.pages.lock().truncate(ino, keep_pages);
+        let info = op.inode_mut(ino);
         let dropped: Vec<u64> = info.reserved_pages.range(keep_pages..).copied().collect();
         for i in &dropped {
             info.reserved_pages.remove(i);
         }
-        st.alloc.reserved_blocks -= dropped.len() as u64;
+        fs.alloc.totals.lock().reserved_blocks -= dropped.len() as u64;
     }
-    let info = st.inodes.get_mut(&ino).expect("loaded");
+    let info = op.inode_mut(ino);
     let t = stamp(info, Timestamp::now());
     info.size = new_size;
     info.raw.set_mtime(t);
     info.raw.set_ctime(t);
     if new_size < old {
-        truncate::shrink(fs, st, ino, new_size)
+        truncate::shrink(op, ino, new_size)
     } else {
-        let mut tx = Tx::begin(fs, st, 4)?;
+        let mut tx = Tx::begin(op, 4)?;
         let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
         tx.end(r).map(|_| ())
     }
@@ -151,19 +150,19 @@ pub(crate) fn set_size(fs: &FsInner, st: &mut FsState, ino: u32, new_size: u64) 
 
 /// `fallocate`: preallocates (unwritten blocks) or punches a hole in `[offset, offset+len)`.
 pub(crate) fn fallocate(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     ino: u32,
     offset: u64,
     len: u64,
     mode: FallocateMode,
 ) -> FsResult<()> {
-    load_regular(fs, st, ino)?;
+    let fs = op.fs;
+    check_regular(op, ino)?;
     // Preallocated and zeroed ranges read differently afterwards.
-    st.note_data_change(ino);
-    crate::tx::check_writable(fs, st)?;
+    op.note_data_change(ino);
+    crate::tx::check_writable(fs)?;
     let only_allocates = !mode.punch_hole && !mode.zero_range;
-    crate::inode_guard::check_fallocate(ino, st.inodes[&ino].raw.flags(), only_allocates)?;
+    crate::inode_guard::check_fallocate(ino, op.inode(ino).raw.flags(), only_allocates)?;
     let bs = u64::from(fs.geo.block_size);
     let end = offset
         .checked_add(len)
@@ -172,14 +171,14 @@ pub(crate) fn fallocate(
         return Err(FsError::Invalid(format!("fallocate range {offset}+{len}")));
     };
     if mode.punch_hole {
-        return punch_hole(fs, st, ino, offset, end);
+        return punch_hole(op, ino, offset, end);
     }
     if mode.zero_range {
         // A hole, then unwritten blocks over it: reads give zeros, the space stays
         // allocated, and the size grows unless asked not to, as ext4's zero range.
-        punch_hole(fs, st, ino, offset, end)?;
+        punch_hole(op, ino, offset, end)?;
     }
-    let raw = st.inodes[&ino].raw.clone();
+    let raw = op.inode(ino).raw.clone();
     let mut holes = Vec::new();
     let mut index = offset / bs;
     while index < end.div_ceil(bs) {
@@ -199,16 +198,21 @@ pub(crate) fn fallocate(
     let wanted: u64 = holes.iter().map(|(_, n)| n).sum();
     // As ext4, preallocation leaves the metadata reserve and the dirty pages' blocks
     // alone: a later punch that splits an extent, or writeback, may need them.
-    if !st
-        .alloc
-        .has_room_for_data(fs, wanted + ALLOCATION_METADATA_BLOCKS)
-    {
+    let pending = fs.alloc.pending_blocks(fs.journal.committed_tid());
+    let room =
+        fs.alloc
+            .totals
+            .lock()
+            .has_room_for_data(fs, wanted + ALLOCATION_METADATA_BLOCKS, pending);
+    if !room {
+        // Frees waiting for a commit may make the room: `Fs::with_room` commits with
+        // nothing locked and tries again.
         return Err(FsError::NoSpace(format!(
             "inode {ino}: {wanted} blocks to preallocate"
         )));
     }
     for chunk in holes.chunks(16) {
-        let mut tx = Tx::begin(fs, st, 32 + 12 * chunk.len() as u32)?;
+        let mut tx = Tx::begin(op, 32 + 12 * chunk.len() as u32)?;
         let r = (|| {
             for &(start, n) in chunk {
                 blockmap::allocate(&mut tx, ino, start as u32, n as u32, true)?;
@@ -218,21 +222,22 @@ pub(crate) fn fallocate(
         })();
         tx.end(r)?;
     }
-    let info = st.inodes.get_mut(&ino).expect("loaded");
+    let info = op.inode_mut(ino);
     let t = stamp(info, Timestamp::now());
     info.raw.set_ctime(t);
     if !mode.keep_size && end > info.size {
         info.size = end;
         info.raw.set_mtime(t);
     }
-    let mut tx = Tx::begin(fs, st, 4)?;
+    let mut tx = Tx::begin(op, 4)?;
     let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
     tx.end(r).map(|_| ())
 }
 
-fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -> FsResult<()> {
+fn punch_hole(op: &mut Op, ino: u32, offset: u64, end: u64) -> FsResult<()> {
+    let fs = op.fs;
     let bs = u64::from(fs.geo.block_size);
-    let size = st.inodes[&ino].size;
+    let size = op.inode(ino).size;
     let end = end.min(size.max(offset));
     if end <= offset {
         return Ok(());
@@ -242,11 +247,15 @@ fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -
     // waits for the blocks earlier punches freed (`Fs::with_room` commits them and runs
     // it again), where failing halfway would abort the journal.
     let (first_full, end_full) = (offset.div_ceil(bs), end / bs);
-    let raw = st.inodes[&ino].raw.clone();
+    // The lookup reads the extent tree with only this inode locked, and `ensure_space`
+    // takes the allocator's leaf locks for the counts alone, so no leaf lock is held
+    // across IO. Like every room check here, it does not reserve: another operation may
+    // take the room before the split, as it could before any create's allocation.
     if first_full < end_full {
+        let raw = op.inode(ino).raw.clone();
         if let Some(e) = blockmap::lookup(fs, ino, &raw, first_full as u32)? {
             if u64::from(e.logical) < first_full && e.end() > end_full {
-                ensure_space(fs, st, ALLOCATION_METADATA_BLOCKS, false)?;
+                ensure_space(fs, ALLOCATION_METADATA_BLOCKS, false)?;
             }
         }
     }
@@ -257,12 +266,12 @@ fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -
     ] {
         if from < to && (from % bs != 0 || to % bs != 0) {
             let (a, b) = ((from % bs) as usize, ((to - 1) % bs) as usize + 1);
-            zero_in_page(fs, st, ino, from / bs, a, b)?;
+            zero_in_page(op, ino, from / bs, a, b)?;
         }
     }
     if first_full < end_full {
-        st.pages.discard(ino, first_full, end_full);
-        let info = st.inodes.get_mut(&ino).expect("loaded");
+        fs.pages.lock().discard(ino, first_full, end_full);
+        let info = op.inode_mut(ino);
         let dropped: Vec<u64> = info
             .reserved_pages
             .range(first_full..end_full)
@@ -271,22 +280,22 @@ fn punch_hole(fs: &FsInner, st: &mut FsState, ino: u32, offset: u64, end: u64) -
         for i in &dropped {
             info.reserved_pages.remove(i);
         }
-        st.alloc.reserved_blocks -= dropped.len() as u64;
-        truncate::unmap_chunked(fs, st, ino, first_full, end_full)?;
+        fs.alloc.totals.lock().reserved_blocks -= dropped.len() as u64;
+        truncate::unmap_chunked(op, ino, first_full, end_full)?;
     }
-    let info = st.inodes.get_mut(&ino).expect("loaded");
+    let info = op.inode_mut(ino);
     let t = stamp(info, Timestamp::now());
     info.raw.set_mtime(t);
     info.raw.set_ctime(t);
-    let mut tx = Tx::begin(fs, st, 4)?;
+    let mut tx = Tx::begin(op, 4)?;
     let r = tx.write_inode(ino);
     tx.end(r)
 }
 
 /// Extents of any extent-mapped inode (SEEK_DATA/SEEK_HOLE, `jext debug`, tests).
-pub(crate) fn extents(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Vec<Extent>> {
-    crate::inodes::load(fs, st, ino)?;
-    let raw = st.inodes[&ino].raw.clone();
+pub(crate) fn extents(op: &mut Op, ino: u32) -> FsResult<Vec<Extent>> {
+    let fs = op.fs;
+    let raw = op.inode(ino).raw.clone();
     blockmap::extents(fs, ino, &raw)
 }
 
@@ -294,15 +303,9 @@ pub(crate) fn extents(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<Vec<
 /// Data is every block an extent maps (unwritten ones too: POSIX lets a file system call
 /// a hole data, and an unwritten extent may have dirty pages over it) and every dirty
 /// page not yet allocated (delayed allocation). ENXIO past the end, as Linux answers.
-pub(crate) fn seek(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    offset: u64,
-    hole: bool,
-) -> FsResult<u64> {
-    crate::inodes::load(fs, st, ino)?;
-    let size = st.inodes[&ino].size;
+pub(crate) fn seek(op: &mut Op, ino: u32, offset: u64, hole: bool) -> FsResult<u64> {
+    let fs = op.fs;
+    let size = op.inode(ino).size;
     if offset >= size {
         return Err(FsError::NoSuchOffset(format!(
             "offset {offset} is at or past the end ({size} bytes) of inode {ino}"
@@ -310,13 +313,14 @@ pub(crate) fn seek(
     }
     let no_data = || FsError::NoSuchOffset(format!("no data after offset {offset} in inode {ino}"));
     let bs = u64::from(fs.geo.block_size);
-    let mut data_blocks: Vec<(u64, u64)> = extents(fs, st, ino)?
+    let mut data_blocks: Vec<(u64, u64)> = extents(op, ino)?
         .iter()
         .map(|e| (u64::from(e.logical), e.end()))
         .collect();
-    let per_page = st.pages.page_size() as u64 / bs;
+    let per_page = fs.pages.lock().page_size() as u64 / bs;
     data_blocks.extend(
-        st.pages
+        fs.pages
+            .lock()
             .dirty_indices(ino)
             .into_iter()
             .map(|p| (p * per_page, (p + 1) * per_page)),

@@ -4,58 +4,59 @@
 //! Promises: a page read from disk is never staler than a committed journal copy of its
 //! block (data=journal reads the journal's copy first). Must never change what is on disk.
 
-use super::{load_regular, MAX_FILE_BLOCKS};
+use super::{check_regular, MAX_FILE_BLOCKS};
 use crate::blockmap;
 use crate::error::FsResult;
-use crate::state::{FsInner, FsState};
-use parking_lot::MutexGuard;
+use crate::op::Op;
+use crate::state::FsInner;
 use std::sync::Arc;
 
 /// Pages read ahead from a contiguous extent on a miss.
 const READAHEAD_PAGES: u64 = 64;
 
-/// Reads up to `len` bytes at `offset`. A page missing from the cache is read from the
-/// device with the lock released (other operations go on meanwhile), except under
-/// data=journal, where a block's newest bytes may sit in the journal.
-pub(crate) fn read(
-    fs: &FsInner,
-    st: &mut MutexGuard<'_, FsState>,
-    ino: u32,
-    offset: u64,
-    len: usize,
-) -> FsResult<Vec<u8>> {
-    load_regular(fs, st, ino)?;
-    crate::inodes::note_access(fs, st.inodes.get_mut(&ino).expect("loaded"));
-    let size = st.inodes[&ino].size;
+/// Reads up to `len` bytes at `offset` of `ino`, which `op` holds alone. A page missing
+/// from the cache is read from the device with the inode released (other operations on
+/// it go on meanwhile), except under data=journal, where a block's newest bytes may sit
+/// in the journal.
+pub(crate) fn read(op: &mut Op, ino: u32, offset: u64, len: usize) -> FsResult<Vec<u8>> {
+    let fs = op.fs;
+    check_regular(op, ino)?;
+    crate::inodes::note_access(fs, op.inode_mut(ino));
+    let size = op.inode(ino).size;
     if offset >= size || len == 0 {
         return Ok(Vec::new());
     }
-    let end = (offset + len as u64).min(size);
-    // A data-journaled file's newest bytes may sit in the journal: read under the lock.
-    let journal_data = fs.journals_data(&st.inodes[&ino].raw);
+    let mut end = (offset + len as u64).min(size);
+    // A data-journaled file's newest bytes may sit in the journal: read with it held.
+    let journal_data = fs.journals_data(&op.inode(ino).raw);
     let bs = u64::from(fs.geo.block_size);
     let mut out = Vec::with_capacity((end - offset) as usize);
     let mut pos = offset;
     let mut unlocked_tries = 0;
     while pos < end {
         let index = pos / bs;
-        let page = match st.pages.get(ino, index) {
-            Some(page) => page.data().clone(),
+        let cached = fs.pages.lock().get(ino, index).map(|p| p.data().clone());
+        let page = match cached {
+            Some(page) => page,
             // A read that raced a change to the file is thrown away; after a few, read
-            // under the lock rather than race again.
+            // with the inode held rather than race again.
             None if unlocked_tries < UNLOCKED_TRIES && !journal_data => {
                 unlocked_tries += 1;
-                fill_unlocked(fs, st, ino, index)?;
+                fill_unlocked(op, ino, index)?;
+                // The file may have shrunk while it was released: the read ends at its end
+                // now, as Linux's does, never with bytes from before a truncate beside
+                // zeros from after it.
+                end = end.min(op.inode(ino).size);
                 continue;
             }
-            None => page_data(fs, st, ino, index)?,
+            None => page_data(op, ino, index)?,
         };
         let within = (pos % bs) as usize;
         let n = ((end - pos) as usize).min(bs as usize - within);
         out.extend_from_slice(&page[within..within + n]);
         pos += n as u64;
     }
-    st.pages.evict_over_capacity();
+    fs.pages.lock().evict_over_capacity();
     Ok(out)
 }
 
@@ -85,9 +86,10 @@ const MAX_GAP_BLOCKS: u64 = 8;
 /// Longest span, in blocks.
 const MAX_SPAN_BLOCKS: u64 = 256;
 
-fn source_of(fs: &FsInner, st: &mut FsState, ino: u32, index: u64) -> FsResult<Source> {
-    let raw = st.inodes[&ino].raw.clone();
-    let size_pages = st.inodes[&ino].size.div_ceil(u64::from(fs.geo.block_size));
+fn source_of(op: &mut Op, ino: u32, index: u64) -> FsResult<Source> {
+    let fs = op.fs;
+    let raw = op.inode(ino).raw.clone();
+    let size_pages = op.inode(ino).size.div_ceil(u64::from(fs.geo.block_size));
     let end = (index + READAHEAD_PAGES)
         .min(size_pages.max(index + 1))
         .min(MAX_FILE_BLOCKS);
@@ -97,7 +99,7 @@ fn source_of(fs: &FsInner, st: &mut FsState, ino: u32, index: u64) -> FsResult<S
     let mut extents = blockmap::extents_in(fs, ino, &raw, index, end)?;
     // Only a reader going forward gets readahead past the page's own extent: a random
     // reader would pay for pages it never asks for (the kernel keeps the same habit).
-    let sequential = st.inodes[&ino].readahead_next == index;
+    let sequential = op.inode(ino).readahead_next == index;
     if !sequential {
         extents.truncate(1);
     }
@@ -112,7 +114,7 @@ fn source_of(fs: &FsInner, st: &mut FsState, ino: u32, index: u64) -> FsResult<S
         return Ok(Source::Zeros);
     }
     let last = wanted.last().map_or(index, |(page, _)| *page);
-    st.inodes.get_mut(&ino).expect("loaded").readahead_next = last + 1;
+    op.inode_mut(ino).readahead_next = last + 1;
     Ok(Source::Device(spans(wanted)))
 }
 
@@ -153,25 +155,19 @@ fn read_spans(fs: &FsInner, spans: &[Span]) -> FsResult<Vec<Vec<u8>>> {
         .collect()
 }
 
-/// Puts a page missing from the cache there, reading the device with the lock released.
+/// Puts a page missing from the cache there, reading the device with the inode released.
 /// If the file's blocks changed meanwhile (`data_seq`), the bytes are dropped and the
 /// caller looks again; pages that appeared meanwhile are never overwritten.
-fn fill_unlocked(
-    fs: &FsInner,
-    st: &mut MutexGuard<'_, FsState>,
-    ino: u32,
-    index: u64,
-) -> FsResult<()> {
-    // The inode may have been evicted (or deleted) while an earlier read ran unlocked.
-    load_regular(fs, st, ino)?;
-    let Source::Device(spans) = source_of(fs, st, ino, index)? else {
-        st.pages.insert_clean(ino, index, zeros(fs));
+fn fill_unlocked(op: &mut Op, ino: u32, index: u64) -> FsResult<()> {
+    let fs = op.fs;
+    let Source::Device(spans) = source_of(op, ino, index)? else {
+        fs.pages.lock().insert_clean(ino, index, zeros(fs));
         return Ok(());
     };
-    let seq = st.inodes[&ino].data_seq;
-    let read = MutexGuard::unlocked(st, || read_spans(fs, &spans))?;
-    if st.inodes.get(&ino).map(|i| i.data_seq) == Some(seq) {
-        insert_read(fs, st, ino, &spans, &read);
+    let seq = op.inode(ino).data_seq;
+    let read = op.unlocked(ino, || read_spans(fs, &spans))?;
+    if op.inode(ino).data_seq == seq {
+        insert_read(op, ino, &spans, &read);
     }
     Ok(())
 }
@@ -182,24 +178,21 @@ fn zeros(fs: &FsInner) -> Arc<[u8]> {
 
 /// The bytes of page `index`: cached, or read from disk (with readahead), or zeros,
 /// all under the lock.
-pub(super) fn page_data(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    index: u64,
-) -> FsResult<Arc<[u8]>> {
-    if let Some(page) = st.pages.get(ino, index) {
-        return Ok(page.data().clone());
+pub(super) fn page_data(op: &mut Op, ino: u32, index: u64) -> FsResult<Arc<[u8]>> {
+    let fs = op.fs;
+    if let Some(data) = fs.pages.lock().get(ino, index).map(|p| p.data().clone()) {
+        return Ok(data);
     }
-    let Source::Device(spans) = source_of(fs, st, ino, index)? else {
+    let Source::Device(spans) = source_of(op, ino, index)? else {
         let zeros = zeros(fs);
-        st.pages.insert_clean(ino, index, zeros.clone());
+        fs.pages.lock().insert_clean(ino, index, zeros.clone());
         return Ok(zeros);
     };
     let read = read_spans(fs, &spans)?;
-    insert_read(fs, st, ino, &spans, &read);
-    Ok(st
+    insert_read(op, ino, &spans, &read);
+    Ok(fs
         .pages
+        .lock()
         .get(ino, index)
         .expect("the page was just read")
         .data()
@@ -207,18 +200,16 @@ pub(super) fn page_data(
 }
 
 /// Caches the pages the spans read (where none is cached yet).
-fn insert_read(fs: &FsInner, st: &mut FsState, ino: u32, spans: &[Span], read: &[Vec<u8>]) {
+fn insert_read(op: &mut Op, ino: u32, spans: &[Span], read: &[Vec<u8>]) {
+    let fs = op.fs;
     let bs = fs.geo.block_size as usize;
-    let journal_data = fs.journals_data(&st.inodes[&ino].raw);
+    let journal_data = fs.journals_data(&op.inode(ino).raw);
     for (span, bytes) in spans.iter().zip(read) {
         for &(page, at) in &span.pages {
             let block = span.phys + at;
             let chunk = &bytes[at as usize * bs..(at as usize + 1) * bs];
-            st.pages.insert_clean(
-                ino,
-                page,
-                block_data(fs, ino, journal_data, page, block, chunk),
-            );
+            let data = block_data(fs, ino, journal_data, page, block, chunk);
+            fs.pages.lock().insert_clean(ino, page, data);
         }
     }
 }

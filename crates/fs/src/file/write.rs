@@ -1,33 +1,34 @@
 //! Writing file data: writes land in the page cache (delayed allocation), and a page that
 //! has no block yet reserves one, so writeback can never run out of space for data already
 //! accepted. Dirty data over the throttle threshold is written back by the writer itself,
-//! oldest files first.
+//! its own file and then the oldest, after the write released the lock ([`balance_dirty`]).
 //!
 //! Promises: a write that returned is in the page cache with its block reserved and the
 //! in-memory size covering it. Must never allocate blocks (writeback does) nor wait for a
 //! commit (a write that needs room that only a commit frees says so, and `Fs::with_room`
 //! commits with the lock released).
 
-use super::{load_regular, page_data, writeback, MAX_FILE_BLOCKS};
+use super::{check_regular, page_data, writeback, MAX_FILE_BLOCKS};
 use crate::blockmap;
 use crate::error::{FsError, FsResult};
 use crate::inodes::stamp;
-use crate::state::{FsInner, FsState};
+use crate::op::Op;
+use crate::state::FsInner;
 use crate::types::Timestamp;
 
 /// Writes `data` at `offset`; returns the bytes written. `touch_times`: the write moves
 /// mtime and ctime to now (not when the caller keeps the times itself).
 pub(crate) fn write(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     ino: u32,
     offset: u64,
     data: &[u8],
     touch_times: bool,
 ) -> FsResult<usize> {
-    crate::tx::check_writable(fs, st)?;
-    load_regular(fs, st, ino)?;
-    let info = &st.inodes[&ino];
+    let fs = op.fs;
+    crate::tx::check_writable(fs)?;
+    check_regular(op, ino)?;
+    let info = op.inode(ino);
     crate::inode_guard::check_write(ino, info.raw.flags(), offset, info.size)?;
     if data.is_empty() {
         return Ok(0);
@@ -41,22 +42,22 @@ pub(crate) fn write(
             "inode {ino}: write past the largest ext4 file"
         )));
     };
-    reserve(fs, st, ino, offset / bs, end.div_ceil(bs))?;
+    reserve(op, ino, offset / bs, end.div_ceil(bs))?;
     let mut pos = offset;
     while pos < end {
         let index = pos / bs;
         let within = (pos % bs) as usize;
         let n = ((end - pos) as usize).min(bs as usize - within);
         let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
-        if n < bs as usize && !st.pages.contains(ino, index) {
-            page_data(fs, st, ino, index)?;
+        if n < bs as usize && !fs.pages.lock().contains(ino, index) {
+            page_data(op, ino, index)?;
         }
-        st.pages.modify(ino, index, |page| {
+        fs.pages.lock().modify(ino, index, |page| {
             page[within..within + n].copy_from_slice(src)
         });
         pos += n as u64;
     }
-    let info = st.inodes.get_mut(&ino).expect("loaded");
+    let info = op.inode_mut(ino);
     info.size = info.size.max(end);
     // Only a change of the record dirties the inode (the size is written back with the
     // data): a write within the clock tick of the last one leaves nothing to commit.
@@ -68,20 +69,20 @@ pub(crate) fn write(
             info.dirty = true;
         }
     }
-    balance_dirty(fs, st, ino)?;
     Ok(data.len())
 }
 
 /// Reserves a block for every page in `[first, last)` that has none yet.
-fn reserve(fs: &FsInner, st: &mut FsState, ino: u32, first: u64, last: u64) -> FsResult<()> {
-    let raw = st.inodes[&ino].raw.clone();
+fn reserve(op: &mut Op, ino: u32, first: u64, last: u64) -> FsResult<()> {
+    let fs = op.fs;
+    let raw = op.inode(ino).raw.clone();
     let mut needed = Vec::new();
     let mut index = first;
     while index < last {
         match blockmap::lookup(fs, ino, &raw, index as u32)? {
             Some(e) => index = e.end(),
             None => {
-                if !st.inodes[&ino].reserved_pages.contains(&index) {
+                if !op.inode(ino).reserved_pages.contains(&index) {
                     needed.push(index);
                 }
                 index += 1;
@@ -92,49 +93,46 @@ fn reserve(fs: &FsInner, st: &mut FsState, ino: u32, first: u64, last: u64) -> F
         return Ok(());
     }
     let count = needed.len() as u64;
-    if !st.alloc.has_room_for_data(fs, count) {
-        // Frees waiting for a commit may make the room: `Fs::with_room` commits with the
-        // lock released and tries again.
-        return Err(FsError::NoSpace(format!(
-            "inode {ino}: {count} blocks for a write"
-        )));
+    let pending = fs.alloc.pending_blocks(fs.journal.committed_tid());
+    {
+        let mut totals = fs.alloc.totals.lock();
+        if !totals.has_room_for_data(fs, count, pending) {
+            // Frees waiting for a commit may make the room: `Fs::with_room` commits with
+            // nothing locked and tries again.
+            return Err(FsError::NoSpace(format!(
+                "inode {ino}: {count} blocks for a write"
+            )));
+        }
+        totals.reserved_blocks += count;
     }
-    st.alloc.reserved_blocks += count;
-    st.inodes
-        .get_mut(&ino)
-        .expect("loaded")
-        .reserved_pages
-        .extend(needed);
+    op.inode_mut(ino).reserved_pages.extend(needed);
     Ok(())
 }
 
-/// Writes back when dirty data passes the throttle threshold, this file first.
-fn balance_dirty(fs: &FsInner, st: &mut FsState, ino: u32) -> FsResult<()> {
+/// Dirty throttling, called after a write with nothing locked: when dirty data passed the
+/// throttle threshold, the writer writes back its own file, then the oldest dirty files
+/// until dirty data is at half the threshold, as the kernel's `balance_dirty_pages` holds
+/// a writer back. Each file goes out a batch per hold of its inode, its data waited for
+/// with nothing locked, so other operations (an fsync beside a bulk writer) are not held
+/// up for the transfer. The order of the other files is taken once: sorting every dirty
+/// file again after each one made a cache full of small files quadratic.
+pub(crate) fn balance_dirty(fs: &FsInner, ino: u32) -> FsResult<()> {
     let percent = jext_cache::WritebackPolicy::default().throttle_percent as usize;
-    let limit = st.pages.capacity_bytes() / 100 * percent;
-    if st.pages.dirty_bytes() <= limit {
-        return Ok(());
-    }
-    writeback(fs, st, ino, false)?;
-    write_back_oldest(fs, st, limit / 2, false)?;
-    st.pages.evict_over_capacity();
-    Ok(())
-}
-
-/// Writes back files, oldest dirtied first, until no more than `limit_bytes` are dirty.
-/// The order is taken once: sorting every dirty file again after each one made a cache
-/// full of small files quadratic.
-fn write_back_oldest(
-    fs: &FsInner,
-    st: &mut FsState,
-    limit_bytes: usize,
-    with_times: bool,
-) -> FsResult<()> {
-    for (ino, _) in st.pages.dirty_files() {
-        if st.pages.dirty_bytes() <= limit_bytes {
+    let (limit, oldest) = {
+        let pages = fs.pages.lock();
+        let limit = pages.capacity_bytes() / 100 * percent;
+        if pages.dirty_bytes() <= limit {
+            return Ok(());
+        }
+        (limit, pages.dirty_files())
+    };
+    writeback::write_back_unlocked(fs, ino, false)?;
+    for (other, _) in oldest {
+        if fs.pages.lock().dirty_bytes() <= limit / 2 {
             break;
         }
-        writeback(fs, st, ino, with_times)?;
+        writeback::write_back_unlocked(fs, other, false)?;
     }
+    fs.pages.lock().evict_over_capacity();
     Ok(())
 }

@@ -5,7 +5,7 @@
 //!
 //! Data writes go in flight ([`super::DataInFlight`]): the last batch's writes, and the
 //! handle that maps their blocks, come back to the caller, who may wait for them with the
-//! lock released (fsync does); earlier batches are waited for before the next handle
+//! inode released (fsync does); earlier batches are waited for before the next handle
 //! starts.
 //!
 //! Promises: the on-disk size only grows in the transaction that maps the data under it,
@@ -16,7 +16,8 @@
 use super::DataInFlight;
 use crate::blockmap;
 use crate::error::FsResult;
-use crate::state::{FsInner, FsState};
+use crate::op::{Op, Reach};
+use crate::state::FsInner;
 use crate::tx::Tx;
 use jext_io::{IoFlags, WriteRequest};
 use jext_journal::Tid;
@@ -24,54 +25,107 @@ use jext_journal::Tid;
 /// Pages written back in one transaction.
 const WRITEBACK_BATCH_PAGES: usize = 2048;
 
-/// Writes back the dirty pages of `ino` (and, with `with_times`, its timestamps) and
-/// waits for the writes; returns the last transaction used, if any.
-pub(crate) fn writeback(
-    fs: &FsInner,
-    st: &mut FsState,
-    ino: u32,
-    with_times: bool,
-) -> FsResult<Option<Tid>> {
-    let (tid, in_flight) = issue_writeback(fs, st, ino, with_times)?;
-    in_flight.finish_locked(fs, st)?;
+/// Writes back the dirty pages of `ino` (held by `op`; and, with `with_times`, its
+/// timestamps) and waits for the writes with it held; returns the last transaction used.
+pub(crate) fn writeback(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Option<Tid>> {
+    let fs = op.fs;
+    let (tid, in_flight) = issue_writeback(op, ino, with_times)?;
+    in_flight.finish(fs)?;
     Ok(tid)
+}
+
+/// Writes back the pages of `ino` that are dirty when it starts, one batch per hold of its
+/// lock, each batch's data waited for with nothing locked: a large file's writeback
+/// (dirty throttling, the writeback thread, sync, a big fsync) holds up other operations
+/// on the file only while it plans each batch, never for the data's transfer. Pages
+/// dirtied after it started are left for the next writeback, so a writer that keeps
+/// dirtying the file cannot keep it going. With `with_times`, the inode's times (and a size
+/// past the data) are journaled at the end unless new pages were dirtied meanwhile, which
+/// leaves them to the next writeback. The caller holds no operation.
+pub(crate) fn write_back_unlocked(fs: &FsInner, ino: u32, with_times: bool) -> FsResult<()> {
+    let Some(slot) = fs.inodes.cached(ino) else {
+        // Not in memory: nothing of it is dirty.
+        return Ok(());
+    };
+    let journal_data = fs.journals_data(&slot.lock().raw);
+    drop(slot);
+    let dirty = fs.pages.lock().dirty_indices(ino);
+    let batches: Vec<Vec<u64>> = batches(fs, journal_data, &dirty)
+        .into_iter()
+        .map(<[u64]>::to_vec)
+        .collect();
+    for batch in batches {
+        let in_flight = {
+            let mut op = Op::shared(fs);
+            if !op.lock_if_cached(ino, Reach::First) {
+                return Ok(());
+            }
+            crate::tx::check_writable(fs)?;
+            // Another writeback (or a truncate) may have taken some of them meanwhile.
+            let still_dirty: Vec<u64> = {
+                let pages = fs.pages.lock();
+                batch
+                    .into_iter()
+                    .filter(|&i| pages.is_dirty(ino, i))
+                    .collect()
+            };
+            if still_dirty.is_empty() {
+                continue;
+            }
+            op.note_data_change(ino);
+            writeback_batch(&mut op, ino, &still_dirty, false)?.1
+        };
+        in_flight.finish(fs)?;
+    }
+    if with_times {
+        let mut op = Op::shared(fs);
+        if op.lock_if_cached(ino, Reach::First) && !fs.pages.lock().has_dirty(ino) {
+            write_back_metadata(&mut op, ino, with_times)?;
+        }
+    }
+    Ok(())
 }
 
 /// [`writeback`], except that the last batch's data writes (and the handle mapping their
 /// blocks) are returned in flight for the caller to finish.
 pub(crate) fn issue_writeback(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     ino: u32,
     with_times: bool,
 ) -> FsResult<(Option<Tid>, DataInFlight)> {
-    let dirty = st.pages.dirty_indices(ino);
+    let fs = op.fs;
+    let dirty = fs.pages.lock().dirty_indices(ino);
     if !dirty.is_empty() {
-        st.note_data_change(ino);
+        op.note_data_change(ino);
     }
     let mut tid = None;
     let mut in_flight = DataInFlight::default();
-    let journal_data = st
-        .inodes
-        .get(&ino)
-        .is_some_and(|i| fs.journals_data(&i.raw));
+    let journal_data = fs.journals_data(&op.inode(ino).raw);
     for batch in batches(fs, journal_data, &dirty) {
         // A handle held open by data in flight must stop before the next one starts.
-        std::mem::take(&mut in_flight).finish_locked(fs, st)?;
-        let (batch_tid, batch_in_flight) = writeback_batch(fs, st, ino, batch, with_times)?;
+        std::mem::take(&mut in_flight).finish(fs)?;
+        let (batch_tid, batch_in_flight) = writeback_batch(op, ino, batch, with_times)?;
         tid = batch_tid.or(tid);
         in_flight = batch_in_flight;
     }
-    let info = st.inodes.get(&ino);
-    let size_unwritten = info.is_some_and(|i| i.raw.size() != i.size && i.is_reg());
-    let times = with_times && info.is_some_and(|i| i.dirty);
-    if dirty.is_empty() && (size_unwritten || times) {
-        // Only metadata is dirty: a size change past the data (a hole), or times.
-        let mut tx = Tx::begin(fs, st, 4)?;
-        let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
-        tid = Some(tx.end(r)?);
+    if dirty.is_empty() {
+        tid = write_back_metadata(op, ino, with_times)?.or(tid);
     }
     Ok((tid, in_flight))
+}
+
+/// For a file with no dirty pages: journals a size change past the data (a hole) and,
+/// with `with_times`, changed times; returns the transaction, if one was needed.
+fn write_back_metadata(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Option<Tid>> {
+    let info = op.inode(ino);
+    let size_unwritten = info.raw.size() != info.size && info.is_reg();
+    let times = with_times && info.dirty;
+    if !(size_unwritten || times) {
+        return Ok(None);
+    }
+    let mut tx = Tx::begin(op, 4)?;
+    let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
+    tx.end(r).map(Some)
 }
 
 /// Sets the on-disk size as far as `written_end` allows and journals the inode.
@@ -147,17 +201,17 @@ fn mapping_at(
 }
 
 fn writeback_batch(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     ino: u32,
     pages: &[u64],
     with_times: bool,
 ) -> FsResult<(Option<Tid>, DataInFlight)> {
-    let raw = st.inodes[&ino].raw.clone();
+    let fs = op.fs;
+    let raw = op.inode(ino).raw.clone();
     let journal_data = fs.journals_data(&raw);
     let runs = consecutive_runs(pages);
     let last_end = (pages.last().copied().unwrap_or(0) + 1) * u64::from(fs.geo.block_size);
-    let info = &st.inodes[&ino];
+    let info = &op.inode(ino);
     let grows = info.raw.size() < info.size.min(last_end);
     // Decided by the block map itself: a page over a hole needs a block whether or not it
     // holds a reservation.
@@ -175,11 +229,11 @@ fn writeback_batch(
     let times = with_times && info.dirty;
     if !(needs_blocks || any_unwritten || journal_data || grows || times) {
         // Pure overwrite of mapped blocks: no metadata changes, no handle.
-        let in_flight = write_pages_in_place(fs, st, ino, &raw, &runs)?;
-        st.inodes.get_mut(&ino).expect("loaded").unflushed_data = true;
+        let in_flight = write_pages_in_place(op, ino, &raw, &runs)?;
+        op.inode_mut(ino).unflushed_data = true;
         return Ok((None, in_flight));
     }
-    let mut tx = Tx::begin(fs, st, batch_credits(runs.len(), pages.len(), journal_data))?;
+    let mut tx = Tx::begin(op, batch_credits(runs.len(), pages.len(), journal_data))?;
     let r = (|| {
         for &(first, len) in &runs {
             write_run(&mut tx, ino, first, len, journal_data)?;
@@ -203,12 +257,12 @@ fn consecutive_runs(indices: &[u64]) -> Vec<(u64, u64)> {
 }
 
 fn write_pages_in_place(
-    fs: &FsInner,
-    st: &mut FsState,
+    op: &mut Op,
     ino: u32,
     raw: &crate::format::inode::Inode,
     runs: &[(u64, u64)],
 ) -> FsResult<DataInFlight> {
+    let fs = op.fs;
     let bs = u64::from(fs.geo.block_size);
     // Every lookup (which may fail) before any page goes in flight: a page marked clean
     // and in flight but never sent would be lost.
@@ -223,9 +277,9 @@ fn write_pages_in_place(
     }
     let mut requests = Vec::new();
     let mut pages = Vec::new();
+    let mut cache = fs.pages.lock();
     for (index, phys) in blocks {
-        let page = st
-            .pages
+        let page = cache
             .start_writeback(ino, index)
             .expect("dirty pages are cached");
         requests.push(WriteRequest::new(
@@ -235,6 +289,7 @@ fn write_pages_in_place(
         ));
         pages.push(page);
     }
+    drop(cache);
     let mut in_flight = DataInFlight::default();
     in_flight.add(fs.io.submit(requests), pages);
     Ok(in_flight)
@@ -304,14 +359,14 @@ fn hole_len(
 }
 
 pub(super) fn release_reservations(tx: &mut Tx, ino: u32, first: u64, count: u64) {
-    let info = tx.st.inodes.get_mut(&ino).expect("loaded");
+    let info = tx.op.inode_mut(ino);
     let mut released = 0;
     for i in first..first + count {
         if info.reserved_pages.remove(&i) {
             released += 1;
         }
     }
-    tx.st.alloc.reserved_blocks -= released;
+    tx.fs.alloc.totals.lock().reserved_blocks -= released;
 }
 
 /// `count` pages from page `index` on, going to blocks from `phys` on.
@@ -341,10 +396,15 @@ fn put_data(
     for i in 0..count {
         let block = phys + i;
         if journal_data {
-            let Some(page) = tx.st.pages.get(ino, index + i) else {
+            let data = tx
+                .fs
+                .pages
+                .lock()
+                .get(ino, index + i)
+                .map(|p| p.data().clone());
+            let Some(data) = data else {
                 continue;
             };
-            let data = page.data().clone();
             let buf = match tx.fs.cache.peek(block) {
                 Some(buf) => buf,
                 None => tx.fs.cache.get_new(block),
@@ -353,11 +413,12 @@ fn put_data(
             // The data now lives in this transaction: fdatasync must wait for it even
             // when nothing else about the file changed (an overwrite in place).
             tx.mark_datasync(ino);
-            tx.st.pages.mark_clean(ino, index + i);
+            tx.fs.pages.lock().mark_clean(ino, index + i);
         } else {
             let page = tx
-                .st
+                .fs
                 .pages
+                .lock()
                 .start_writeback(ino, index + i)
                 .expect("the pages of a run are cached and dirty");
             requests.push(WriteRequest::new(

@@ -308,7 +308,13 @@ pub enum Placement {
     Append,
     /// Random blocks of a preallocated, already durable 64 MiB file (no allocation).
     Overwrite,
+    /// JoJ §3's one commit: nine small writes of 2,576 bytes in all, each to its own
+    /// random block of the same durable file, then the sync (one operation).
+    SmallWrites,
 }
+
+/// The sizes of JoJ's nine small writes (2,576 bytes in all).
+const SMALL_WRITES: [usize; 9] = [286, 286, 286, 286, 286, 286, 286, 286, 288];
 
 /// What follows each write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,8 +337,9 @@ impl After {
 
 const OVERWRITE_FILE_BYTES: u64 = 64 << 20;
 
-/// `ordered-write` (BarrierFS Fig. 9) and `io-per-fsync`: `count` 4 KiB writes placed by
-/// `placement`, each followed by `after`; the clock covers the writes and the syncs.
+/// `ordered-write` (BarrierFS Fig. 9) and `io-per-fsync`: `count` 4 KiB writes (or groups
+/// of JoJ's nine small writes) placed by `placement`, each followed by `after`; the clock
+/// covers the writes and the syncs.
 pub fn synced_writes(
     sys: &Running,
     placement: Placement,
@@ -340,19 +347,34 @@ pub fn synced_writes(
     count: usize,
 ) -> io::Result<Measured> {
     let mut file = sys.create("writes", 0)?;
+    let writes_per_op = match placement {
+        Placement::SmallWrites => SMALL_WRITES.len(),
+        Placement::Append | Placement::Overwrite => 1,
+    };
     let offsets = match placement {
         Placement::Append => (0..count as u64).map(|i| i * BLOCK as u64).collect(),
-        Placement::Overwrite => {
+        Placement::Overwrite | Placement::SmallWrites => {
             preallocate(&mut file, OVERWRITE_FILE_BYTES)?;
-            random_blocks(count, OVERWRITE_FILE_BYTES / BLOCK as u64, 7)
+            random_blocks(
+                count * writes_per_op,
+                OVERWRITE_FILE_BYTES / BLOCK as u64,
+                7,
+            )
         }
     };
     let block = pattern(BLOCK, 8);
     let (seconds, io) = counted(sys, || {
         let start = Instant::now();
-        for &offset in &offsets {
+        for op in offsets.chunks(writes_per_op) {
             check_interrupt()?;
-            file.write_at(offset, &block)?;
+            if placement == Placement::SmallWrites {
+                // Into the middle of each block, as a database page inside it.
+                for (&offset, &len) in op.iter().zip(&SMALL_WRITES) {
+                    file.write_at(offset + 1000, &block[..len])?;
+                }
+            } else {
+                file.write_at(op[0], &block)?;
+            }
             match after {
                 After::Nothing => {}
                 After::Fsync => file.sync(false)?,

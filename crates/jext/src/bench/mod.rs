@@ -119,18 +119,22 @@ impl Experiment {
                 let afters = [After::Nothing, After::Fdatasync, After::Fdatabarrier];
                 writes(Placement::Overwrite, &afters)
             }
-            Experiment::IoPerFsync => [Placement::Append, Placement::Overwrite]
-                .into_iter()
-                .flat_map(|p| {
-                    let afters = [
-                        After::Fsync,
-                        After::Fdatasync,
-                        After::Fbarrier,
-                        After::Fdatabarrier,
-                    ];
-                    writes(p, &afters)
-                })
-                .collect(),
+            Experiment::IoPerFsync => {
+                let mut variants: Vec<Variant> = [Placement::Append, Placement::Overwrite]
+                    .into_iter()
+                    .flat_map(|p| {
+                        let afters = [
+                            After::Fsync,
+                            After::Fdatasync,
+                            After::Fbarrier,
+                            After::Fdatabarrier,
+                        ];
+                        writes(p, &afters)
+                    })
+                    .collect();
+                variants.push(Variant::Writes(Placement::SmallWrites, After::Fsync));
+                variants
+            }
             Experiment::IoOrder => OrderMode::ALL.into_iter().map(Variant::Order).collect(),
         }
     }
@@ -199,6 +203,7 @@ impl Variant {
                 let placement = match placement {
                     Placement::Append => "append",
                     Placement::Overwrite => "overwrite",
+                    Placement::SmallWrites => "9 writes of 2,576 B",
                 };
                 let after = match after {
                     After::Nothing => "no sync",
@@ -335,7 +340,8 @@ pub fn headline_systems(root: bool) -> Vec<System> {
             System::JextFuse {
                 mode,
                 writeback_cache,
-            } => *mode == DataMode::Ordered && !writeback_cache,
+                uring,
+            } => *mode == DataMode::Ordered && !writeback_cache && !uring,
             System::RawFile | System::RawLoop | System::Fuse2fs | System::Block(_) => true,
         })
         .collect()
@@ -351,6 +357,7 @@ pub fn systems(root: bool) -> Vec<System> {
             backing: Backing::File,
             fast_commit: true,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         },
     ];
     if root {
@@ -360,6 +367,7 @@ pub fn systems(root: bool) -> Vec<System> {
             backing: Backing::Loop,
             fast_commit: true,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         }));
         // The same without fast commits: what iJournaling changes.
         all.push(System::Jext {
@@ -367,6 +375,7 @@ pub fn systems(root: bool) -> Vec<System> {
             backing: Backing::Loop,
             fast_commit: false,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         });
         // The commit the mount option `journal_commit=classic` keeps (issue 14).
         all.extend(
@@ -375,6 +384,18 @@ pub fn systems(root: bool) -> Vec<System> {
                 backing: Backing::Loop,
                 fast_commit: true,
                 commit: CommitMode::Classic,
+                records: jext_journal::RecordMode::Bytes,
+            }),
+        );
+        // Whole-block journal records (`journal_records=blocks`) beside the byte records
+        // of the default (issue 14 item 4): the bytes each fsync writes, both ways.
+        all.extend(
+            [DataMode::Ordered, DataMode::Journal].map(|mode| System::Jext {
+                mode,
+                backing: Backing::Loop,
+                fast_commit: true,
+                commit: CommitMode::SingleIo,
+                records: jext_journal::RecordMode::Blocks,
             }),
         );
         // The paper's per-core i-transaction areas instead of the one fast-commit area.
@@ -403,12 +424,25 @@ pub fn systems(root: bool) -> Vec<System> {
         all.extend(modes.map(|mode| System::JextFuse {
             mode,
             writeback_cache: false,
+            uring: false,
         }));
         // The kernel's writeback cache merges writes and keeps times and sizes itself.
         all.push(System::JextFuse {
             mode: DataMode::Ordered,
             writeback_cache: true,
+            uring: false,
         });
+        // The other transport: one system call per request instead of two, on a queue
+        // per CPU (issue 11). Only where root has switched it on.
+        let uring = System::JextFuse {
+            mode: DataMode::Ordered,
+            writeback_cache: false,
+            uring: true,
+        };
+        match jext_fuse::uring_unavailable() {
+            None => all.push(uring),
+            Some(why) => eprintln!("jext bench: {} SKIPPED: {why}", uring.name()),
+        }
         all.push(System::Fuse2fs);
     }
     all.extend(block_systems(root));
@@ -606,6 +640,7 @@ mod tests {
                 backing: Backing::Loop,
                 fast_commit: true,
                 commit: CommitMode::SingleIo,
+                records: jext_journal::RecordMode::Bytes,
             },
             report::EXT4_ORDERED,
             System::Fuse2fs,
@@ -649,6 +684,7 @@ mod tests {
             assert!(e.applies_to(&System::JextFuse {
                 mode: DataMode::Ordered,
                 writeback_cache: false,
+                uring: false,
             }));
         }
     }
@@ -699,6 +735,7 @@ mod tests {
         assert!(barrier.applies_to(&System::JextFuse {
             mode: DataMode::Ordered,
             writeback_cache: false,
+            uring: false,
         }));
         assert_eq!(
             labels(Experiment::IoPerFsync, &quick),
@@ -710,7 +747,8 @@ mod tests {
                 "overwrite + fsync",
                 "overwrite + fdatasync",
                 "overwrite + fbarrier",
-                "overwrite + fdatabarrier"
+                "overwrite + fdatabarrier",
+                "9 writes of 2,576 B + fsync"
             ]
         );
         assert_eq!(labels(Experiment::Seq, &quick), [""]);

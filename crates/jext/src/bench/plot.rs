@@ -378,6 +378,7 @@ mod tests {
             backing: super::super::systems::Backing::Loop,
             fast_commit: true,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         };
         let samples = [
             sample(EXT4_ORDERED, latencies(800)),

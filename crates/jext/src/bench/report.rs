@@ -870,6 +870,7 @@ mod tests {
             backing: Backing::Loop,
             fast_commit: true,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         };
         let samples = vec![
             latency(EXT4_ORDERED, 2_000_000, 40),
@@ -917,6 +918,7 @@ mod tests {
             backing: Backing::Loop,
             fast_commit: true,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         };
         let mut samples = Vec::new();
         for (n, jext_rate, ext4_rate) in [(1, 1000.0, 500.0), (8, 4000.0, 1000.0)] {

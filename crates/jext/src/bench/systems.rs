@@ -15,6 +15,7 @@ use jext::{mkfs, CommitMode, DataMode, Fs, IJournal, MkfsOptions, MountOptions};
 use jext_device::{LatencyModel, Preset, SimDevice};
 use jext_fuse::requests::DaemonStats;
 use jext_io::EngineKind;
+use jext_journal::RecordMode;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -39,12 +40,13 @@ pub enum System {
     RawLoop,
     /// jext through the library, in-process, on an image made with or without a
     /// fast-commit area (without one, every fsync commits the running transaction), with
-    /// this journal commit mode.
+    /// this journal commit mode and this kind of journal record.
     Jext {
         mode: DataMode,
         backing: Backing,
         fast_commit: bool,
         commit: CommitMode,
+        records: RecordMode,
     },
     /// jext through the library in data=ordered with `ijournal=percore`: fsyncs write
     /// i-transactions to per-core rings (iJournaling's per-core areas, Fig. 9).
@@ -55,10 +57,12 @@ pub enum System {
         features: &'static str,
     },
     /// jext through its FUSE mount on a loop device, used through ordinary file calls.
-    /// With `writeback_cache`, mounted with `-o writeback_cache`.
+    /// With `writeback_cache`, mounted with `-o writeback_cache`; with `uring`, with
+    /// `-o fuse_uring` (requests through FUSE over io_uring instead of `/dev/fuse`).
     JextFuse {
         mode: DataMode,
         writeback_cache: bool,
+        uring: bool,
     },
     /// fuse2fs (e2fsprogs' user-space ext4) on a loop device made by mkfs.ext4.
     Fuse2fs,
@@ -99,6 +103,7 @@ impl System {
                 backing,
                 fast_commit,
                 commit,
+                records,
             } => {
                 let on = backing_name(*backing);
                 let classic = if *fast_commit { "" } else { " -O ^fast_commit" };
@@ -106,7 +111,13 @@ impl System {
                     CommitMode::SingleIo => String::new(),
                     other => format!(",journal_commit={}", other.name()),
                 };
-                format!("jext {}{commit}{classic} ({on})", mode_name(*mode))
+                // After the backing, so that a pattern naming the default system
+                // ("jext data=journal (loop)") picks this one beside it.
+                let records = match records {
+                    RecordMode::Bytes => String::new(),
+                    other => format!(" journal_records={}", other.name()),
+                };
+                format!("jext {}{commit}{classic} ({on}){records}", mode_name(*mode))
             }
             System::JextPercore { backing } => format!(
                 "jext data=ordered ijournal=percore ({})",
@@ -119,12 +130,17 @@ impl System {
             System::Ext4 { options, features } => format!("ext4 {options} -O {features}"),
             System::JextFuse {
                 mode,
-                writeback_cache: false,
-            } => format!("jext {} (FUSE)", mode_name(*mode)),
-            System::JextFuse {
-                mode,
-                writeback_cache: true,
-            } => format!("jext {},writeback_cache (FUSE)", mode_name(*mode)),
+                writeback_cache,
+                uring,
+            } => {
+                let cache = if *writeback_cache {
+                    ",writeback_cache"
+                } else {
+                    ""
+                };
+                let transport = if *uring { " io_uring" } else { "" };
+                format!("jext {}{cache} (FUSE{transport})", mode_name(*mode))
+            }
             System::Fuse2fs => "fuse2fs".into(),
             System::Block(BlockTarget::Sim(preset)) => format!("sim {} (barrier)", preset.name()),
             System::Block(BlockTarget::File(engine)) => format!("image file ({})", engine.name()),
@@ -182,6 +198,7 @@ impl System {
                     mode,
                     fast_commit,
                     commit,
+                    records,
                     ..
                 },
                 dev,
@@ -190,6 +207,7 @@ impl System {
                 let options = MountOptions {
                     data_mode: *mode,
                     journal_commit: *commit,
+                    journal_records: *records,
                     ..MountOptions::default()
                 };
                 Target::Jext(open_jext(&path, *fast_commit, options)?)
@@ -212,6 +230,7 @@ impl System {
                 System::JextFuse {
                     mode,
                     writeback_cache,
+                    uring,
                 },
                 Some(dev),
             ) => {
@@ -224,7 +243,8 @@ impl System {
                 } else {
                     ""
                 };
-                let options = format!("{}{cache}", mode_name(*mode));
+                let transport = if *uring { ",fuse_uring" } else { "" };
+                let options = format!("{}{cache}{transport}", mode_name(*mode));
                 Target::Mounted(Mount::jext(dev.path_str(), &point, &options)?)
             }
             (System::Fuse2fs, Some(dev)) => {
@@ -550,6 +570,7 @@ mod tests {
             backing: Backing::Loop,
             fast_commit: true,
             commit: CommitMode::SingleIo,
+            records: jext_journal::RecordMode::Bytes,
         };
         assert_eq!(s.name(), "jext data=journal (loop)");
         assert!(s.needs_root());

@@ -94,7 +94,9 @@ enum Command {
     /// errors=remount-ro|continue, cache_size=SIZE, barrier=0|1, nobarrier, acl (default) or
     /// noacl, allow_other, default_permissions (default) or nodefault_permissions,
     /// writeback_cache or nowriteback_cache (default), threads=N (request threads; default one
-    /// per core, at least two), owner_wait=SECS (wait for another
+    /// per core, at least two), fuse_uring (serve through FUSE over io_uring when root has
+    /// switched it on in /sys/module/fuse/parameters/enable_uring; else say so and use
+    /// /dev/fuse), owner_wait=SECS (wait for another
     /// owner of the image to let go), remount (with ro or rw: change a live mount), and the
     /// VFS flags nosuid, nodev, noexec, noatime, sync, dirsync.
     ///
@@ -167,8 +169,10 @@ enum Command {
         #[arg(long)]
         jobs: Option<usize>,
         /// Only this mode (repeatable): ordered, journal, writeback, each optionally with
-        /// +classic for classic journal commits, +percore for per-core i-transactions
-        /// (ijournal=percore); default: the six data and commit modes and ordered+percore.
+        /// +classic for classic journal commits, +blocks for whole-block journal records
+        /// (journal_records=blocks), +percore for per-core i-transactions
+        /// (ijournal=percore); default: the six data and commit modes, journal+blocks and
+        /// ordered+percore.
         #[arg(long = "mode")]
         modes: Vec<String>,
         /// Only this workload (repeatable), e.g. ace1-17, ace3-5, create-delete-10.

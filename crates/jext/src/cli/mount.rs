@@ -23,7 +23,7 @@
 use super::mounts::{is_jext_mount, jext_mounts};
 use jext::{Fs, FsError};
 use jext_fuse::requests::{DaemonStats, RequestCounts};
-use jext_fuse::{FuseOptions, MountKind, Mounted};
+use jext_fuse::{FuseOptions, MountKind, Mounted, Transport};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -84,6 +84,16 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
             let _ = std::fs::remove_file(&pid_file);
         })
     };
+    // Said before the mount appears, so that `jext mount` (which relays what its daemon
+    // said by then) shows it.
+    let uring_refused = opts.uring.then(jext_fuse::uring_unavailable).flatten();
+    if let Some(why) = &uring_refused {
+        say_uring_fallback(why);
+    }
+    let opts = &FuseOptions {
+        uring: opts.uring && uring_refused.is_none(),
+        ..opts.clone()
+    };
     let mounted =
         Mounted::mount(fs, image, &mountpoint, opts, requests, forget_daemon).map_err(|e| {
             let _ = std::fs::remove_file(&pid_file);
@@ -100,6 +110,9 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
              `jext sync` (or the umount.fuse.jext helper that scripts/setup installs)",
             image.display()
         );
+    }
+    if let Transport::DevFuseFallback(why) = mounted.transport() {
+        say_uring_fallback(why);
     }
     crate::signals::catch_interrupts();
     let mut unmounter = mounted.unmounter();
@@ -118,6 +131,10 @@ fn serve(image: &Path, mountpoint: &Path, opts: &FuseOptions) -> Result<(), Stri
         let _ = std::fs::remove_file(log_file(&mountpoint));
     }
     served.map_err(|e| format!("serving {}: {e}", mountpoint.display()))
+}
+
+fn say_uring_fallback(why: &str) {
+    eprintln!("jext mount: -o fuse_uring: {why}; serving through /dev/fuse");
 }
 
 fn open_error(image: &Path, e: FsError) -> String {
@@ -287,6 +304,12 @@ fn start_daemon(image: &Path, mountpoint: &Path, options: Option<&str>) -> Resul
     let deadline = Instant::now() + MOUNT_WAIT;
     loop {
         if is_jext_mount(&mountpoint) {
+            // What the daemon warned of on its way (a fallback it made) is the caller's
+            // to read too.
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            if !said.trim().is_empty() {
+                eprint!("{said}");
+            }
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {

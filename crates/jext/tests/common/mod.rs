@@ -1,8 +1,10 @@
 //! What the FUSE tests share: root and /dev/fuse detection (a test that cannot mount says
-//! it skipped, loudly), scratch images, the jext command, mounting, unmounting and killing
-//! daemons, and `e2fsck -fn`.
+//! it skipped, loudly), running a test on each FUSE transport (`/dev/fuse`, and FUSE over
+//! io_uring where root has switched it on), scratch images, the jext command, mounting,
+//! unmounting and killing daemons, and `e2fsck -fn`.
 #![allow(dead_code)]
 
+use std::cell::Cell;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,6 +24,76 @@ pub fn can_mount() -> bool {
         return false;
     }
     true
+}
+
+thread_local! {
+    /// The `-o` option of the transport the running test mounts with ("" for /dev/fuse).
+    static TRANSPORT: Cell<&'static str> = const { Cell::new("") };
+}
+
+/// Runs a mount test on each FUSE transport: `/dev/fuse`, then FUSE over io_uring
+/// (`-o fuse_uring`, every mount of the test) where root has switched it on, saying
+/// SKIPPED loudly where it has not. Nothing runs without root and /dev/fuse.
+pub fn on_each_transport(test: impl Fn()) {
+    if !can_mount() {
+        return;
+    }
+    test();
+    match jext_fuse::uring_unavailable() {
+        Some(why) => eprintln!("SKIPPED with -o fuse_uring: {why} (scripts/setup switches it on)"),
+        None => {
+            TRANSPORT.set("fuse_uring");
+            test();
+            TRANSPORT.set("");
+        }
+    }
+}
+
+/// The running test's transport, to name in what it prints.
+pub fn transport_name() -> &'static str {
+    match TRANSPORT.get() {
+        "" => "/dev/fuse",
+        transport => transport,
+    }
+}
+
+/// `options` with the running test's transport.
+fn with_transport(options: &str) -> String {
+    match (options, TRANSPORT.get()) {
+        (options, "") => options.to_string(),
+        ("", transport) => transport.to_string(),
+        (options, transport) => format!("{options},{transport}"),
+    }
+}
+
+/// On an io_uring test, checks that the daemon of `mnt` serves through its rings (a mount
+/// that fell back to /dev/fuse would test the other transport twice).
+fn assert_transport(mnt: &Path) {
+    if TRANSPORT.get().is_empty() {
+        return;
+    }
+    let pid_file =
+        Path::new("/run/jext").join(format!("{}.pid", mnt.to_string_lossy().replace('/', "%")));
+    let pid =
+        fs::read_to_string(&pid_file).unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()));
+    // The rings start once the mount is up, as the daemon begins to serve.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tasks = fs::read_dir(format!("/proc/{}/task", pid.trim())).unwrap();
+        let rings = tasks
+            .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.starts_with("fuser-ring-"))
+            .count();
+        if rings > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "-o fuse_uring: the daemon of {} has no ring threads",
+            mnt.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `CAP_SYS_RESOURCE`, which ext4 (and jext's mount) asks for to change `chattr +j`.
@@ -91,14 +163,16 @@ pub fn jext(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `jext mount -o options` (with the running test's transport).
 pub fn mount(s: &Scratch, options: &str) {
     jext(&[
         "mount",
         "-o",
-        options,
+        &with_transport(options),
         s.image().to_str().unwrap(),
         s.mnt().to_str().unwrap(),
     ]);
+    assert_transport(&s.mnt());
 }
 
 /// `jext umount`. Tests run in parallel threads of one process, and a child another test
@@ -141,16 +215,18 @@ pub fn e2fsck_clean(image: &Path) {
     );
 }
 
-/// A `jext mount -f -o options` daemon, once its mount is up (for tests that kill it).
+/// A `jext mount -f -o options` daemon (with the running test's transport), once its
+/// mount is up (for tests that kill it).
 pub fn foreground_daemon(s: &Scratch, options: &str) -> Child {
     let mut daemon = Command::new(JEXT)
-        .args(["mount", "-f", "-o", options])
+        .args(["mount", "-f", "-o", &with_transport(options)])
         .arg(s.image())
         .arg(s.mnt())
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
     wait_for_mount(&s.mnt(), &mut daemon);
+    assert_transport(&s.mnt());
     daemon
 }
 

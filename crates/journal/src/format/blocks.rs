@@ -11,6 +11,7 @@
 //! header (all metadata blocks):
 //!   0x00 4 h_magic      0xC03B3998
 //!   0x04 4 h_blocktype  1 descriptor, 2 commit, 3/4 superblock v1/v2, 5 revoke
+//!                       (jext's byte records: 0x6A787262, in `super::records`)
 //!   0x08 4 h_sequence   tid of the transaction the block belongs to
 //!
 //! descriptor (blocktype 1): header, then one tag per logged block; the first tag (and any
@@ -98,6 +99,8 @@ pub enum BlockKind {
     Descriptor,
     Commit,
     Revoke,
+    /// jext's byte-granular records (`super::records`).
+    Records,
     /// Any other block type (superblocks, or types jext does not know).
     Other(u32),
 }
@@ -230,12 +233,13 @@ impl LogFormat {
             BLOCKTYPE_DESCRIPTOR => BlockKind::Descriptor,
             BLOCKTYPE_COMMIT => BlockKind::Commit,
             BLOCKTYPE_REVOKE => BlockKind::Revoke,
+            super::records::BLOCKTYPE_JEXT_RECORDS => BlockKind::Records,
             other => BlockKind::Other(other),
         };
         Some((kind, u32_at(block, 8)))
     }
 
-    fn new_block(&self, blocktype: u32, tid: Tid) -> Vec<u8> {
+    pub(super) fn new_block(&self, blocktype: u32, tid: Tid) -> Vec<u8> {
         let mut block = vec![0u8; self.block_size];
         put_u32(&mut block, 0, JBD2_MAGIC);
         put_u32(&mut block, 4, blocktype);
@@ -250,7 +254,7 @@ impl LogFormat {
         crc32c_raw(seed, &block[at + 4..])
     }
 
-    fn set_tail(&self, block: &mut [u8]) {
+    pub(super) fn set_tail(&self, block: &mut [u8]) {
         if self.has_block_checksums() {
             let at = self.block_size - TAIL_SIZE;
             let csum = self.checksum_without(block, at);

@@ -1,7 +1,8 @@
 //! The JBD2 on-disk format: the journal superblock ([`superblock`]) and the log blocks
 //! (descriptor, commit and revoke blocks: [`blocks`]), and ext4 fast commits in the
 //! fast-commit area ([`fast_commit`], little-endian), and jext's per-core i-transactions
-//! there ([`itransaction`], little-endian, behind a private incompat bit). JBD2 is
+//! there ([`itransaction`], little-endian, behind a private incompat bit), and jext's
+//! byte-granular records in the log ([`records`], behind another). JBD2 is
 //! big-endian throughout.
 //!
 //! Everything here is pure encoding: no IO. Decoders return a [`crate::JournalError`]
@@ -11,6 +12,7 @@
 pub mod blocks;
 pub mod fast_commit;
 pub mod itransaction;
+pub mod records;
 pub mod superblock;
 
 pub use blocks::{BlockKind, CommitBlock, Csum, LogFormat, Tag};

@@ -23,7 +23,9 @@
 //!                               0x10 CSUM_V3, 0x20 FAST_COMMIT; jext's own:
 //!                               0x8000_0000 JEXT_SINGLE_IO (see below),
 //!                               0x4000_0000 JEXT_PERCORE (per-core i-transactions
-//!                               in the fast-commit region)
+//!                               in the fast-commit region),
+//!                               0x2000_0000 JEXT_RECORDS (byte records in the log,
+//!                               see `records.rs`)
 //! 0x02C 4    s_feature_ro_compat (none defined)
 //! 0x030 16   s_uuid             journal uuid; seeds every v2/v3 checksum
 //! 0x040 4    s_nr_users         file systems sharing the journal (1 for an inode journal)
@@ -76,10 +78,16 @@ pub const INCOMPAT_JEXT_SINGLE_IO: u32 = 0x8000_0000;
 /// (`ijournal=percore`, format/itransaction.rs), not ext4 fast commits. Set while the log
 /// is not empty in that mode, so that Linux refuses the journal instead of misreading it.
 pub const INCOMPAT_JEXT_PERCORE: u32 = 0x4000_0000;
+/// jext-private: the log may hold byte-granular records (`super::records`), a block type
+/// Linux does not know (its scan would end there and drop every later transaction).
+pub const INCOMPAT_JEXT_RECORDS: u32 = 0x2000_0000;
+/// The private bits that say what live transactions hold: set before the first such
+/// transaction can reach the disk, cleared whenever the log is marked empty.
+pub const INCOMPAT_JEXT_LIVE_LOG: u32 = INCOMPAT_JEXT_SINGLE_IO | INCOMPAT_JEXT_RECORDS;
 
 /// The incompat features jext knows, by e2fsprogs' names (1.47.0 prints the last as
 /// `FEATURE_I5`).
-const INCOMPAT_NAMES: [(u32, &str); 8] = [
+const INCOMPAT_NAMES: [(u32, &str); 9] = [
     (INCOMPAT_REVOKE, "journal_incompat_revoke"),
     (INCOMPAT_64BIT, "journal_64bit"),
     (INCOMPAT_ASYNC_COMMIT, "journal_async_commit"),
@@ -88,6 +96,7 @@ const INCOMPAT_NAMES: [(u32, &str); 8] = [
     (INCOMPAT_FAST_COMMIT, "journal_fast_commit"),
     (INCOMPAT_JEXT_SINGLE_IO, "jext_single_io_commit"),
     (INCOMPAT_JEXT_PERCORE, "jext_percore_itransactions"),
+    (INCOMPAT_JEXT_RECORDS, "jext_byte_records"),
 ];
 const INCOMPAT_KNOWN: u32 = INCOMPAT_REVOKE
     | INCOMPAT_64BIT
@@ -96,7 +105,8 @@ const INCOMPAT_KNOWN: u32 = INCOMPAT_REVOKE
     | INCOMPAT_CSUM_V3
     | INCOMPAT_FAST_COMMIT
     | INCOMPAT_JEXT_SINGLE_IO
-    | INCOMPAT_JEXT_PERCORE;
+    | INCOMPAT_JEXT_PERCORE
+    | INCOMPAT_JEXT_RECORDS;
 
 pub const CHECKSUM_TYPE_CRC32C: u8 = 4;
 /// Fast-commit blocks when the feature is on and `s_num_fc_blks` is 0 (the kernel's
@@ -228,21 +238,22 @@ impl JournalSuperblock {
 
     /// Marks the log empty the way the kernel does after recovery: no start, the next
     /// transaction `sequence`, the block after the last replayed commit as `s_head`, and
-    /// no FAST_COMMIT (the file system turns it back on at mount), and no
-    /// JEXT_SINGLE_IO (an empty log holds no single-I/O transaction).
+    /// no FAST_COMMIT (the file system turns it back on at mount), and none of
+    /// [`INCOMPAT_JEXT_LIVE_LOG`] (an empty log holds no single-I/O transaction and no
+    /// byte record).
     pub fn mark_empty(&mut self, sequence: u32, head: u32) {
         self.set_start(0);
         self.set_sequence(sequence);
         self.set_head(head);
-        let cleared = INCOMPAT_FAST_COMMIT | INCOMPAT_JEXT_SINGLE_IO;
+        let cleared = INCOMPAT_FAST_COMMIT | INCOMPAT_JEXT_LIVE_LOG;
         self.set_feature_incompat(self.feature_incompat() & !cleared);
     }
 
-    /// Sets or clears JEXT_SINGLE_IO.
-    pub fn set_single_io(&mut self, live: bool) {
-        let incompat = self.feature_incompat() & !INCOMPAT_JEXT_SINGLE_IO;
-        let bit = if live { INCOMPAT_JEXT_SINGLE_IO } else { 0 };
-        self.set_feature_incompat(incompat | bit);
+    /// Sets exactly `bits` (a subset of [`INCOMPAT_JEXT_LIVE_LOG`]) of the live-log bits.
+    pub fn set_live_log_bits(&mut self, bits: u32) {
+        debug_assert_eq!(bits & !INCOMPAT_JEXT_LIVE_LOG, 0);
+        let incompat = self.feature_incompat() & !INCOMPAT_JEXT_LIVE_LOG;
+        self.set_feature_incompat(incompat | bits);
     }
 
     /// Turns on FAST_COMMIT: the last `s_num_fc_blks` blocks (256 if 0) leave the log.
@@ -454,29 +465,35 @@ mod tests {
     }
 
     #[test]
-    fn the_single_io_bit_is_known_named_and_gone_when_the_log_is_empty() {
+    fn the_live_log_bits_are_known_named_and_gone_when_the_log_is_empty() {
         let mut sb = JournalSuperblock::new(4096, 16384, [9; 16]);
         sb.enable_csum_v3(true);
         sb.set_start(3);
-        sb.set_single_io(true);
+        sb.set_live_log_bits(INCOMPAT_JEXT_LIVE_LOG);
         let bytes = sb.encode();
         assert_eq!(
-            u32_at(&bytes, 0x28) & 0x8000_0000,
-            0x8000_0000,
+            u32_at(&bytes, 0x28) & 0xA000_0000,
+            0xA000_0000,
             "s_feature_incompat"
         );
         let back = JournalSuperblock::decode(&bytes, 16384).unwrap();
-        assert!(back.has_incompat(INCOMPAT_JEXT_SINGLE_IO));
-        assert!(incompat_names(back.feature_incompat()).contains("jext_single_io_commit"));
+        assert!(back.has_incompat(INCOMPAT_JEXT_SINGLE_IO | INCOMPAT_JEXT_RECORDS));
+        let names = incompat_names(back.feature_incompat());
+        assert!(names.contains("jext_single_io_commit"), "{names}");
+        assert!(names.contains("jext_byte_records"), "{names}");
         let mut emptied = back.clone();
         emptied.mark_empty(9, 3);
         assert!(!emptied.has_incompat(INCOMPAT_JEXT_SINGLE_IO));
+        assert!(!emptied.has_incompat(INCOMPAT_JEXT_RECORDS));
         assert!(
             emptied.has_incompat(INCOMPAT_CSUM_V3),
             "other features stay"
         );
-        sb.set_single_io(false);
+        sb.set_live_log_bits(INCOMPAT_JEXT_RECORDS);
         assert!(!sb.has_incompat(INCOMPAT_JEXT_SINGLE_IO));
+        assert!(sb.has_incompat(INCOMPAT_JEXT_RECORDS));
+        sb.set_live_log_bits(0);
+        assert!(!sb.has_incompat(INCOMPAT_JEXT_LIVE_LOG));
     }
 
     #[test]

@@ -18,6 +18,9 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// jext patch: serve requests through FUSE over io_uring when the kernel offers it
+    /// (`uring.rs`), with `n_threads` threads on each CPU's queue; `/dev/fuse` otherwise.
+    pub uring: bool,
 }
 
 /// Mount options accepted by the FUSE filesystem type
