@@ -1,8 +1,11 @@
-//! Two edges the fragmented-file rows of `jext bench scale` met on a 220 GiB zram device:
-//! a device whose sectors are 4 KiB (zram, 4Kn disks) refuses the 1024-byte superblock
+//! Edges `jext bench scale` met. Its fragmented-file rows on a 220 GiB zram device: a
+//! device whose sectors are 4 KiB (zram, 4Kn disks) refuses the 1024-byte superblock
 //! request at byte 1024, and a file system filled to the last block by fallocate, then
-//! punched every other block, must find room for its extent-tree splits among the blocks
-//! its punches freed instead of aborting the journal halfway through a punch.
+//! punched every other block, must find room for its extent-tree splits (in the metadata
+//! reserve fallocate leaves, or among the blocks its punches freed) instead of aborting
+//! the journal halfway through a punch. Its one-directory rows: inode allocation passes
+//! over groups it saw full, and must still find an inode freed in one, also while other
+//! threads allocate and free.
 
 use jext_device::{
     check_range, BlockDevice, Capabilities, DeviceCounters, DeviceError, DeviceOp, SimDevice,
@@ -135,6 +138,61 @@ fn punching_every_other_block_of_a_full_file_system_never_aborts() {
 }
 
 #[test]
+fn punching_once_the_metadata_reserve_is_used_up_waits_for_freed_blocks() {
+    // The test above leaves the punches the metadata reserve, which holds every split.
+    // Here directories take the reserve too, and a punch at the file's end (no split)
+    // leaves 32 blocks: the splits need more than that, and every other free block is
+    // one a punch freed in the running transaction. Without the room check a split finds
+    // no block and aborts the journal; with it, the punch commits first and goes on. A
+    // long commit interval keeps the timer from committing them by chance.
+    let dev = Arc::new(SimDevice::new(160 << 20));
+    mkfs(dev.clone(), &zeroed()).unwrap();
+    let options = MountOptions {
+        commit_interval_ms: 600_000,
+        ..MountOptions::default()
+    };
+    let fs = Fs::open(dev.clone(), options).unwrap();
+    let a = fs.create_file("/a", 0o644).unwrap();
+    let (mut len, mut step) = (0u64, 16u64 << 20);
+    while step >= BLOCK {
+        match fs.fallocate(a.ino(), len, step, FallocateMode::default()) {
+            Ok(()) => len += step,
+            Err(FsError::NoSpace(_)) => step /= 2,
+            Err(e) => panic!("fallocate at {len}+{step}: {e}"),
+        }
+    }
+    let root = fs.root();
+    for n in 0.. {
+        match fs.mkdir(root, format!("d{n}").as_bytes(), 0o755, 0, 0) {
+            Ok(_) => {}
+            Err(FsError::NoSpace(_)) => break,
+            Err(e) => panic!("mkdir d{n}: {e}"),
+        }
+    }
+    let free = fs.statfs().unwrap().blocks_free;
+    assert!(free < 16, "directories left {free} blocks free");
+    let punch = FallocateMode {
+        punch_hole: true,
+        keep_size: true,
+        zero_range: false,
+    };
+    let blocks = len / BLOCK;
+    fs.fallocate(a.ino(), (blocks - 32) * BLOCK, 32 * BLOCK, punch)
+        .unwrap();
+    for block in (1..blocks - 32).step_by(2) {
+        fs.fallocate(a.ino(), block * BLOCK, BLOCK, punch)
+            .unwrap_or_else(|e| panic!("punching block {block} of {blocks}: {e}"));
+    }
+    a.fsync().unwrap();
+    let extents = fs.extents(a.ino()).unwrap();
+    assert_eq!(extents.len() as u64, (blocks - 32).div_ceil(2));
+    drop(a);
+    fs.unmount().unwrap();
+    let report = fsck(dev).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+#[test]
 fn an_inode_freed_in_a_full_group_is_used_again() {
     // 1 KiB blocks: groups of 8 MiB, 128 inodes each.
     let dev = Arc::new(SimDevice::new(64 << 20));
@@ -164,6 +222,81 @@ fn an_inode_freed_in_a_full_group_is_used_again() {
         again, freed,
         "the free inode in the root's group was passed over"
     );
+    fs.unmount().unwrap();
+    let report = fsck(dev).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
+#[test]
+fn inodes_freed_while_other_threads_allocate_are_found_again() {
+    // 1 KiB blocks: 8 groups of 128 inodes, every one of them used before the churn, so
+    // the allocator has seen each group full and passes over them on the hint alone.
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 400;
+    let dev = Arc::new(SimDevice::new(64 << 20));
+    let opts = MkfsOptions {
+        block_size: Some(1024),
+        inode_ratio: Some(65536),
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.clone(), &opts).unwrap();
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let root = fs.root();
+    let homes: Vec<_> = (0..THREADS)
+        .map(|t| {
+            fs.mkdir(root, format!("t{t}").as_bytes(), 0o755, 0, 0)
+                .unwrap()
+        })
+        .collect();
+    let fs = &fs;
+    let create = &|dir, name: &str| fs.create(dir, name.as_bytes(), 0o644, 0, 0);
+    // Fill every inode, the threads racing for the last ones.
+    let made: Vec<usize> = std::thread::scope(|scope| {
+        let workers: Vec<_> = homes
+            .iter()
+            .map(|home| {
+                scope.spawn(move || {
+                    let mut n = 0;
+                    loop {
+                        match create(home.ino, &format!("f{n}")) {
+                            Ok(_) => n += 1,
+                            Err(FsError::NoSpace(_)) => return n,
+                            Err(e) => panic!("create f{n}: {e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    assert_eq!(fs.statfs().unwrap().inodes_free, 0);
+    assert!(
+        made.iter().all(|&n| n > 0),
+        "a thread made no file: {made:?}"
+    );
+    // Each thread frees one of its inodes, then creates: at every moment at least as
+    // many inodes are free as creates are under way, so each create must find one, in
+    // whichever group another thread's unlink freed it.
+    std::thread::scope(|scope| {
+        for (t, home) in homes.iter().enumerate() {
+            let made = made[t];
+            scope.spawn(move || {
+                for round in 0..ROUNDS {
+                    let old = if round < made {
+                        format!("f{round}")
+                    } else {
+                        format!("g{}", round - made)
+                    };
+                    fs.unlink(home.ino, old.as_bytes()).unwrap();
+                    create(home.ino, &format!("g{round}")).unwrap_or_else(|e| {
+                        panic!("thread {t}, round {round}: create after an unlink: {e}")
+                    });
+                }
+            });
+        }
+    });
+    assert_eq!(fs.statfs().unwrap().inodes_free, 0);
     fs.unmount().unwrap();
     let report = fsck(dev).unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
