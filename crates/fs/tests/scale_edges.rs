@@ -11,7 +11,7 @@ use jext_device::{
     check_range, BlockDevice, Capabilities, DeviceCounters, DeviceError, DeviceOp, SimDevice,
     WriteFlags,
 };
-use jext_fs::{fsck, mkfs, FallocateMode, Fs, FsError, MkfsOptions, MountOptions};
+use jext_fs::{fsck, mkfs, FallocateMode, File, Fs, FsError, MkfsOptions, MountOptions};
 use std::sync::Arc;
 
 const BLOCK: u64 = 4096;
@@ -57,6 +57,58 @@ fn zeroed() -> MkfsOptions {
     }
 }
 
+const PUNCH: FallocateMode = FallocateMode {
+    punch_hole: true,
+    keep_size: true,
+    zero_range: false,
+};
+
+/// Preallocates file `a` until no block is left, in steps that halve when the next does
+/// not fit; returns its length in blocks.
+fn fill_by_fallocate(fs: &Fs, a: &File) -> u64 {
+    let (mut len, mut step) = (0u64, 16u64 << 20);
+    while step >= BLOCK {
+        match fs.fallocate(a.ino(), len, step, FallocateMode::default()) {
+            Ok(()) => len += step,
+            Err(FsError::NoSpace(_)) => step /= 2,
+            Err(e) => panic!("fallocate at {len}+{step}: {e}"),
+        }
+    }
+    len / BLOCK
+}
+
+/// Punches every other block of the first `blocks` of file `a` (each punch splits an
+/// extent), and checks that as many extents as blocks kept are left.
+fn punch_every_other_block(fs: &Fs, a: &File, blocks: u64) {
+    for block in (1..blocks).step_by(2) {
+        fs.fallocate(a.ino(), block * BLOCK, BLOCK, PUNCH)
+            .unwrap_or_else(|e| panic!("punching block {block} of {blocks}: {e}"));
+    }
+    a.fsync().unwrap();
+    let extents = fs.extents(a.ino()).unwrap();
+    assert_eq!(extents.len() as u64, blocks.div_ceil(2));
+}
+
+/// A mounted 64 MiB file system of 1 KiB blocks: 8 groups of 8 MiB, 128 inodes each.
+fn small_groups() -> (Arc<SimDevice>, Fs) {
+    let dev = Arc::new(SimDevice::new(64 << 20));
+    let opts = MkfsOptions {
+        block_size: Some(1024),
+        inode_ratio: Some(65536),
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.clone(), &opts).unwrap();
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    (dev, fs)
+}
+
+fn unmount_and_fsck(fs: &Fs, dev: Arc<dyn BlockDevice>) {
+    fs.unmount().unwrap();
+    let report = fsck(dev).unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+}
+
 #[test]
 fn a_device_of_4k_sectors_mounts_and_keeps_the_rest_of_the_superblock_sector() {
     let dev = Arc::new(FourKSectors(SimDevice::new(64 << 20)));
@@ -88,9 +140,7 @@ fn a_device_of_4k_sectors_mounts_and_keeps_the_rest_of_the_superblock_sector() {
     let f = fs.open_file("/f").unwrap();
     assert_eq!(f.read_at(0, 14).unwrap(), b"four k sectors");
     drop(f);
-    fs.unmount().unwrap();
-    let report = fsck(dev).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    unmount_and_fsck(&fs, dev);
 }
 
 #[test]
@@ -99,15 +149,7 @@ fn punching_every_other_block_of_a_full_file_system_never_aborts() {
     mkfs(dev.clone(), &zeroed()).unwrap();
     let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
     let a = fs.create_file("/a", 0o644).unwrap();
-    // Take every block, in steps that halve when the next does not fit.
-    let (mut len, mut step) = (0u64, 16u64 << 20);
-    while step >= BLOCK {
-        match fs.fallocate(a.ino(), len, step, FallocateMode::default()) {
-            Ok(()) => len += step,
-            Err(FsError::NoSpace(_)) => step /= 2,
-            Err(e) => panic!("fallocate at {len}+{step}: {e}"),
-        }
-    }
+    let blocks = fill_by_fallocate(&fs, &a);
     // As ext4's, preallocation stops short of the metadata reserve (2% of the blocks, at
     // most 4096), which the punches' extent-tree splits may take.
     let stat = fs.statfs().unwrap();
@@ -117,24 +159,11 @@ fn punching_every_other_block_of_a_full_file_system_never_aborts() {
         stat.blocks_free,
         stat.blocks
     );
-    let punch = FallocateMode {
-        punch_hole: true,
-        keep_size: true,
-        zero_range: false,
-    };
     // Every punch splits an extent; the splits need blocks only the punches freed, and
     // those come back only once their transaction commits.
-    for block in (1..len / BLOCK).step_by(2) {
-        fs.fallocate(a.ino(), block * BLOCK, BLOCK, punch)
-            .unwrap_or_else(|e| panic!("punching block {block} of {}: {e}", len / BLOCK));
-    }
-    a.fsync().unwrap();
-    let extents = fs.extents(a.ino()).unwrap();
-    assert_eq!(extents.len() as u64, len / BLOCK / 2 + len / BLOCK % 2);
+    punch_every_other_block(&fs, &a, blocks);
     drop(a);
-    fs.unmount().unwrap();
-    let report = fsck(dev).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    unmount_and_fsck(&fs, dev);
 }
 
 #[test]
@@ -153,14 +182,7 @@ fn punching_once_the_metadata_reserve_is_used_up_waits_for_freed_blocks() {
     };
     let fs = Fs::open(dev.clone(), options).unwrap();
     let a = fs.create_file("/a", 0o644).unwrap();
-    let (mut len, mut step) = (0u64, 16u64 << 20);
-    while step >= BLOCK {
-        match fs.fallocate(a.ino(), len, step, FallocateMode::default()) {
-            Ok(()) => len += step,
-            Err(FsError::NoSpace(_)) => step /= 2,
-            Err(e) => panic!("fallocate at {len}+{step}: {e}"),
-        }
-    }
+    let blocks = fill_by_fallocate(&fs, &a);
     let root = fs.root();
     for n in 0.. {
         match fs.mkdir(root, format!("d{n}").as_bytes(), 0o755, 0, 0) {
@@ -171,39 +193,16 @@ fn punching_once_the_metadata_reserve_is_used_up_waits_for_freed_blocks() {
     }
     let free = fs.statfs().unwrap().blocks_free;
     assert!(free < 16, "directories left {free} blocks free");
-    let punch = FallocateMode {
-        punch_hole: true,
-        keep_size: true,
-        zero_range: false,
-    };
-    let blocks = len / BLOCK;
-    fs.fallocate(a.ino(), (blocks - 32) * BLOCK, 32 * BLOCK, punch)
+    fs.fallocate(a.ino(), (blocks - 32) * BLOCK, 32 * BLOCK, PUNCH)
         .unwrap();
-    for block in (1..blocks - 32).step_by(2) {
-        fs.fallocate(a.ino(), block * BLOCK, BLOCK, punch)
-            .unwrap_or_else(|e| panic!("punching block {block} of {blocks}: {e}"));
-    }
-    a.fsync().unwrap();
-    let extents = fs.extents(a.ino()).unwrap();
-    assert_eq!(extents.len() as u64, (blocks - 32).div_ceil(2));
+    punch_every_other_block(&fs, &a, blocks - 32);
     drop(a);
-    fs.unmount().unwrap();
-    let report = fsck(dev).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    unmount_and_fsck(&fs, dev);
 }
 
 #[test]
 fn an_inode_freed_in_a_full_group_is_used_again() {
-    // 1 KiB blocks: groups of 8 MiB, 128 inodes each.
-    let dev = Arc::new(SimDevice::new(64 << 20));
-    let opts = MkfsOptions {
-        block_size: Some(1024),
-        inode_ratio: Some(65536),
-        assume_zeroed: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.clone(), &opts).unwrap();
-    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let (dev, fs) = small_groups();
     let root = fs.root();
     let inos: Vec<u32> = (0..300)
         .map(|i| {
@@ -222,26 +221,16 @@ fn an_inode_freed_in_a_full_group_is_used_again() {
         again, freed,
         "the free inode in the root's group was passed over"
     );
-    fs.unmount().unwrap();
-    let report = fsck(dev).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    unmount_and_fsck(&fs, dev);
 }
 
 #[test]
 fn inodes_freed_while_other_threads_allocate_are_found_again() {
-    // 1 KiB blocks: 8 groups of 128 inodes, every one of them used before the churn, so
-    // the allocator has seen each group full and passes over them on the hint alone.
+    // 8 groups of 128 inodes, every one of them used before the churn, so the allocator
+    // has seen each group full and passes over them on the hint alone.
     const THREADS: usize = 4;
     const ROUNDS: usize = 400;
-    let dev = Arc::new(SimDevice::new(64 << 20));
-    let opts = MkfsOptions {
-        block_size: Some(1024),
-        inode_ratio: Some(65536),
-        assume_zeroed: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.clone(), &opts).unwrap();
-    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let (dev, fs) = small_groups();
     let root = fs.root();
     let homes: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -251,13 +240,17 @@ fn inodes_freed_while_other_threads_allocate_are_found_again() {
         .collect();
     let fs = &fs;
     let create = &|dir, name: &str| fs.create(dir, name.as_bytes(), 0o644, 0, 0);
-    // Fill every inode, the threads racing for the last ones.
+    // A file for each thread, then every other inode, the threads racing for them (a
+    // thread that starts late may get none of those).
+    for home in &homes {
+        create(home.ino, "f0").unwrap();
+    }
     let made: Vec<usize> = std::thread::scope(|scope| {
         let workers: Vec<_> = homes
             .iter()
             .map(|home| {
                 scope.spawn(move || {
-                    let mut n = 0;
+                    let mut n = 1;
                     loop {
                         match create(home.ino, &format!("f{n}")) {
                             Ok(_) => n += 1,
@@ -271,10 +264,6 @@ fn inodes_freed_while_other_threads_allocate_are_found_again() {
         workers.into_iter().map(|w| w.join().unwrap()).collect()
     });
     assert_eq!(fs.statfs().unwrap().inodes_free, 0);
-    assert!(
-        made.iter().all(|&n| n > 0),
-        "a thread made no file: {made:?}"
-    );
     // Each thread frees one of its inodes, then creates: at every moment at least as
     // many inodes are free as creates are under way, so each create must find one, in
     // whichever group another thread's unlink freed it.
@@ -297,7 +286,5 @@ fn inodes_freed_while_other_threads_allocate_are_found_again() {
         }
     });
     assert_eq!(fs.statfs().unwrap().inodes_free, 0);
-    fs.unmount().unwrap();
-    let report = fsck(dev).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    unmount_and_fsck(fs, dev);
 }
