@@ -5,6 +5,9 @@
 //! goal in the goal's group, then in the following groups. Inodes: a new directory under
 //! the root goes to the group with the most free blocks among those with free inodes
 //! (spreading top-level directories, as Orlov does); everything else goes near its parent.
+//! Groups last seen with no free inode are passed over without reading their descriptors
+//! (`Allocator::inodes_free_seen`, a hint every change of a group's free inode count
+//! updates under the group's lock).
 //!
 //! Promises: every bitmap change is journaled together with its group descriptor (free
 //! counts and checksums); a block freed by a transaction that has not committed yet is
