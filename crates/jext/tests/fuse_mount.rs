@@ -586,18 +586,21 @@ fn a_daemon_killed_mid_workload_recovers_every_program() {
         for (name, script) in workloads {
             let s = Scratch::new(&format!("kill-{name}"));
             let daemon = foreground_daemon(&s, "");
+            let stderr_path = s.dir.join("workload.stderr");
             let mut workload = Command::new("sh")
                 .args(["-c", &script])
                 .current_dir(s.mnt())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(fs::File::create(&stderr_path).unwrap())
                 .spawn()
                 .unwrap();
             std::thread::sleep(Duration::from_millis(1500));
-            assert!(
-                workload.try_wait().unwrap().is_none(),
-                "{name}: the workload ended before the kill"
-            );
+            if let Some(status) = workload.try_wait().unwrap() {
+                panic!(
+                    "{name}: the workload ended before the kill ({status}): {}",
+                    fs::read_to_string(&stderr_path).unwrap_or_default()
+                );
+            }
             kill_daemon(daemon);
             workload.wait().unwrap();
             unmount_dead(&s);

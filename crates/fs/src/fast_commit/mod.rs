@@ -371,9 +371,13 @@ fn directory_records(
         Ok(children) => children,
         Err(reason) => return Ok(Err(reason)),
     };
-    for (child, _) in &children {
-        op.lock(*child, Reach::EntryOf(dir))?;
-    }
+    // A child unlinked while still open may have been freed (its last release) since
+    // the list was taken: it has nothing to create. One not cached is that, or durable
+    // since (a new inode leaves the cache only once durable), so it needs no record.
+    let children: Vec<(u32, NewName)> = children
+        .into_iter()
+        .filter(|(child, _)| op.lock_if_cached(*child, Reach::EntryOf(dir)))
+        .collect();
     let mut records = Vec::new();
     for (child, name) in &children {
         let info = op.inode(*child);
