@@ -12,9 +12,7 @@
 //! Both are deterministic: the device holds the commit thread where the test wants it
 //! until the test lets it go, and every wait is on a condition, never on time.
 
-use jext_device::{
-    BlockDevice, Capabilities, DeviceCounters, DeviceError, SimDevice, WriteFlags,
-};
+use jext_device::{BlockDevice, Capabilities, DeviceCounters, DeviceError, SimDevice, WriteFlags};
 use jext_io::{EngineKind, IoConfig, IoQueue};
 use jext_journal::format::JournalSuperblock;
 use jext_journal::{
@@ -58,7 +56,10 @@ struct GatedDevice {
 struct Gate {
     held: Option<Range<u64>>,
     waiting: usize,
-    freed_home_writes: Vec<u8>,
+    /// The first byte of each write the journal made to `FREED`'s home, before and after
+    /// the transaction revoking it was durable.
+    freed_home_writes: [Vec<u8>; 2],
+    revoke_durable: bool,
 }
 
 impl GatedDevice {
@@ -97,8 +98,12 @@ impl GatedDevice {
         }
     }
 
-    /// The first byte of every write the journal made to `FREED`'s home.
-    fn freed_home_writes(&self) -> Vec<u8> {
+    /// The transaction that revoked `FREED` is durable.
+    fn revoke_is_durable(&self) {
+        self.gate.lock().revoke_durable = true;
+    }
+
+    fn freed_home_writes(&self) -> [Vec<u8>; 2] {
         self.gate.lock().freed_home_writes.clone()
     }
 }
@@ -119,7 +124,8 @@ impl BlockDevice for GatedDevice {
         let freed = FREED * BS;
         if offset <= freed && freed < end {
             let first = data[(freed - offset) as usize];
-            gate.freed_home_writes.push(first);
+            let after = usize::from(gate.revoke_durable);
+            gate.freed_home_writes[after].push(first);
         }
         if gate
             .held
@@ -198,6 +204,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 /// the machine crashes; recovery must leave the new owner's bytes.
 fn reuse_crash_and_check(dev: &GatedDevice, journal: &Journal, held: Tid, next: Tid) {
     journal.commit_and_wait(next).unwrap();
+    dev.revoke_is_durable();
     assert!(tid_geq(journal.committed_tid(), held));
     // Once the freeing transaction is durable the block may be reused: its new owner
     // writes it in place (ordered data, say), past the journal.
@@ -205,22 +212,35 @@ fn reuse_crash_and_check(dev: &GatedDevice, journal: &Journal, held: Tid, next: 
         .write_at(FREED * BS, &vec![REUSED; BS as usize], true)
         .unwrap();
     let crashed = dev.dev.crash();
-    // Nothing may write the held transaction's copy home once the revoke committed (the
-    // block is someone else's); and before that, a checkpoint that wrote it home and moved
-    // the tail past the held transaction would leave nothing for recovery to get wrong:
-    // the scenario holds the held transaction's durability back until the next one's.
+    let [before, after] = dev.freed_home_writes();
+    // Nothing may write the held transaction's copy home once the revoke is durable: the
+    // block is someone else's.
     assert_eq!(
-        dev.freed_home_writes(),
+        after,
         Vec::<u8>::new(),
-        "the journal wrote its copy of block {FREED} home: after transaction {next} revoked \
-         it, or (the scenario did not run as planned) before"
+        "the journal wrote its copy of block {FREED} home after transaction {next}, which \
+         revoked it, was durable"
+    );
+    // Before that, a checkpoint that wrote it home and moved the tail past the held
+    // transaction would leave nothing for recovery to get wrong (the scenario holds the
+    // held transaction's durability back until the next one's).
+    assert_eq!(
+        before,
+        Vec::<u8>::new(),
+        "the scenario did not run as planned: block {FREED} went home before transaction \
+         {next} was durable ({:?})",
+        journal.stats()
     );
     let after = Arc::new(crashed);
     let io = IoQueue::new(after.clone());
     let report = recover(&io, &[area()]).unwrap();
     let mut home = vec![0u8; BS as usize];
     after.read_at(OTHER * BS, &mut home).unwrap();
-    assert_eq!(home, vec![2u8; BS as usize], "transaction {next} was replayed");
+    assert_eq!(
+        home,
+        vec![2u8; BS as usize],
+        "transaction {next} was replayed"
+    );
     after.read_at(FREED * BS, &mut home).unwrap();
     assert!(
         home.iter().all(|&b| b == REUSED),
@@ -250,8 +270,7 @@ fn a_revoke_while_the_commit_waits_for_log_room_covers_its_blocks() {
     let dev = GatedDevice::new();
     // No checkpoint can finish: its home writes wait at the door.
     dev.hold(HOME_START * BS..DEVICE_BYTES);
-    let journal = Journal::load(queue(&dev), area(), config(CommitMode::Classic, Some(8)))
-        .unwrap();
+    let journal = Journal::load(queue(&dev), area(), config(CommitMode::Classic, Some(8))).unwrap();
     // Log accounting (1 KiB blocks, checksum v3, 64-bit tags: 62 tags a descriptor, 125
     // records a revoke block): 1023 log blocks, one always unused. A transaction of 8 log
     // blocks at most, so a handle may ask for 4 credits and a writer starts only while 8
@@ -291,7 +310,10 @@ fn a_revoke_while_the_commit_waits_for_log_room_covers_its_blocks() {
         // T left running: T+1 starts (8 blocks are free, enough for a writer).
         let next = free_in_next_transaction(&journal);
         assert_eq!(next, t.wrapping_add(1));
-        assert!(!tid_geq(journal.dispatched_tid(), t), "T went out without room");
+        assert!(
+            !tid_geq(journal.dispatched_tid(), t),
+            "T went out without room"
+        );
         // Every filler durable before the checkpoint may finish: the checkpoints that make
         // room then find durable fillers left to write, never only T (which would ask for
         // T to be made durable, and write T home before T+1 commits).
@@ -300,12 +322,17 @@ fn a_revoke_while_the_commit_waits_for_log_room_covers_its_blocks() {
         });
         dev.let_go();
         commit_t.join().unwrap().unwrap();
-        assert_eq!(journal.stats().commit_room_waits, 1);
+        // T+1 must find room without T going home first (which the checkpoint would do,
+        // asking for T's durability, if the fillers left too little room when T went in).
+        wait_for("every filler to be checkpointed", || {
+            journal.stats().blocks_checkpointed >= filler_blocks.len() as u64
+        });
         // T+1 dispatched too before anyone asks for durability: T and T+1 then become
         // durable in one round, and T's copy of FREED never waits for the checkpoint
         // alone (it would be written home before T+1's revoke: harmless, but the crash
         // would then have nothing left to show).
         journal.commit_and_wait_dispatched(next).unwrap();
+        assert_eq!(journal.stats().commit_room_waits, 1);
         reuse_crash_and_check(&dev, &journal, t, next);
     });
     journal.shutdown().unwrap();
