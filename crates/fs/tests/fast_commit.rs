@@ -8,6 +8,7 @@ mod common;
 use common::{assert_e2fsck_clean, run, LoopMount, Scratch};
 use jext_device::FileDevice;
 use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions};
+use jext_journal::RecordMode;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -20,10 +21,12 @@ fn jext_image(path: &Path, size_bytes: u64) {
     mkfs(dev, &opts).unwrap();
 }
 
-/// A mount whose running transaction only commits when asked (or at unmount).
+/// A mount whose running transaction only commits when asked (or at unmount), in commits
+/// of whole blocks: Linux and debugfs refuse a log of byte records (the default).
 fn mount(image: &Path) -> Fs {
     let options = MountOptions {
         commit_interval_ms: 3_600_000,
+        journal_records: RecordMode::Blocks,
         ..MountOptions::default()
     };
     Fs::open_path(image, options).unwrap()
