@@ -28,9 +28,11 @@
 //! `i_rwsem`), never across a wait for data writes or a commit: fsync and writeback
 //! release them first (`file::DataInFlight`).
 //!
-//! Debug builds check this order on every acquisition (a thread-local record of what the
-//! thread holds) and panic at the first violation, naming both locks; release builds
-//! check nothing. Must never be bypassed: every lock of the file system is one of these.
+//! Every inode acquisition is checked against the order in every build (`Op` knows what
+//! it holds); debug builds also check the leaf order and what may happen under a leaf (a
+//! thread-local record of what the thread holds). Either panics at the first violation,
+//! naming both locks. Must never be bypassed: every lock of the file system is one of
+//! these.
 
 use parking_lot::{Mutex, MutexGuard};
 use std::ops::{Deref, DerefMut};

@@ -313,6 +313,9 @@ pub(crate) fn mount(
         fc_stats: Leaf::new(Rank::Stats, Default::default()),
     });
     *inner.alloc.totals.lock() = Totals::load(&inner)?;
+    // Before the fast-commit replay: an inode it deletes (or rewrites) may be on the
+    // list, which must then lose it (or keep its link), as any operation's would.
+    *inner.orphans.lock() = read_orphan_list(&inner)?;
     let mut fast_commit_replay = None;
     if fast_commits_pending {
         let mut op = Op::exclusive(&inner);
@@ -321,7 +324,6 @@ pub(crate) fn mount(
     if inner.options.read_only && !inner.is_read_only() {
         remount(&inner, true)?;
     }
-    *inner.orphans.lock() = read_orphan_list(&inner)?;
     let orphans_finished = match inner.is_read_only() {
         true => 0,
         false => finish_orphans(&mut Op::exclusive(&inner))?,

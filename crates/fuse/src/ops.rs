@@ -107,8 +107,15 @@ fn to_fuse(ino: Ino) -> INodeNo {
     INodeNo(if ino == ROOT_INO { 1 } else { u64::from(ino) })
 }
 
+/// The errno a caller sees. An EIO or EROFS goes to stderr with its cause, as ext4's
+/// `ext4_error` goes to the kernel log: the caller sees only the number.
 fn errno(e: FsError) -> Errno {
-    Errno::from_i32(e.errno())
+    let n = e.errno();
+    if n == libc::EIO || n == libc::EROFS {
+        let name = if n == libc::EIO { "EIO" } else { "EROFS" };
+        eprintln!("jext: {name} returned to a caller: {e}");
+    }
+    Errno::from_i32(n)
 }
 
 fn kind(k: FileKind) -> FileType {

@@ -555,9 +555,13 @@ fn mount_t_fuse_jext_goes_through_the_helper() {
 /// `kill -9` of the daemon in the middle of real programs (cp -a, git, sqlite3): the dead
 /// mount unmounts, the image recovers on the next mount and checks clean, and every
 /// SQLite transaction the sqlite3 CLI reported committed is there, in a database whose
-/// integrity check passes. (synchronous=EXTRA: in DELETE mode the commit is the journal's
-/// unlink, which FULL does not sync, so FULL may lose the last transaction to a crash on
-/// any file system, Linux ext4 included.)
+/// integrity check passes. (TRUNCATE mode, synchronous=EXTRA: the commit is the journal's
+/// truncation and an fsync of its descriptor, whose failure sqlite3 reports. In DELETE
+/// mode the commit is the journal's unlink and a directory fsync, and SQLite's
+/// `unixDelete` takes a directory it cannot open as synced: a kill between the unlink and
+/// the directory's open made sqlite3 report a commit that no file system was asked to
+/// make durable, 1 run in 50 here. The crash explorer's sqlite-rollback workloads check
+/// DELETE mode, where no such window exists.)
 #[test]
 fn a_daemon_killed_mid_workload_recovers_every_program() {
     on_each_transport(|| {
@@ -576,7 +580,8 @@ fn a_daemon_killed_mid_workload_recovers_every_program() {
             "sqlite",
             format!(
                 "sqlite3 db 'create table t(k integer primary key, v text)' && \
-                 for i in $(seq 1 100000); do sqlite3 db \"pragma synchronous=extra; \
+                 for i in $(seq 1 100000); do sqlite3 db \"pragma journal_mode=truncate; \
+                 pragma synchronous=extra; \
                  insert into t values($i, printf('%.100c', 'x'))\" \
                  && echo $i > {} || exit 1; done",
                 committed_log.display()
@@ -586,18 +591,21 @@ fn a_daemon_killed_mid_workload_recovers_every_program() {
         for (name, script) in workloads {
             let s = Scratch::new(&format!("kill-{name}"));
             let daemon = foreground_daemon(&s, "");
+            let stderr_path = s.dir.join("workload.stderr");
             let mut workload = Command::new("sh")
                 .args(["-c", &script])
                 .current_dir(s.mnt())
                 .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(fs::File::create(&stderr_path).unwrap())
                 .spawn()
                 .unwrap();
             std::thread::sleep(Duration::from_millis(1500));
-            assert!(
-                workload.try_wait().unwrap().is_none(),
-                "{name}: the workload ended before the kill"
-            );
+            if let Some(status) = workload.try_wait().unwrap() {
+                panic!(
+                    "{name}: the workload ended before the kill ({status}): {}",
+                    fs::read_to_string(&stderr_path).unwrap_or_default()
+                );
+            }
             kill_daemon(daemon);
             workload.wait().unwrap();
             unmount_dead(&s);

@@ -39,9 +39,11 @@ pub(crate) fn checkpoint_thread(shared: Arc<Shared>) {
                 shared.changed.notify_all();
                 continue;
             }
-            if let Some(newest) = st.committing.back().map(|t| t.tid) {
+            if let Some(newest) = st.in_log.back().map(|(tid, _)| *tid) {
                 // Only committing transactions fill the log: they must become durable
-                // before anything can go home.
+                // before anything can go home. Not one still waiting for room (on the
+                // committing list, not in the log): its durability frees nothing, and
+                // only an ordering may have been asked of it.
                 if st.durable_requested.is_none_or(|r| tid_gt(newest, r)) {
                     st.durable_requested = Some(newest);
                 }

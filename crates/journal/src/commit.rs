@@ -5,9 +5,14 @@
 //! the running transaction is `commit_interval_ms` old, or at shutdown. Committing is:
 //!
 //! 1. **lock down**: no new handle joins; wait for open handles to stop; take the frozen
-//!    snapshot (an `Arc` per block: a later change copies).
+//!    snapshot (an `Arc` per block: a later change copies) and, in the same step under
+//!    the lock, move the transaction from running to the committing list (JBD2's
+//!    T_LOCKED, then T_FLUSH). The next transaction may start from then on, and a revoke
+//!    in it must see every block this one logs, whatever stage 2 waits for.
 //! 2. **reserve** the transaction's log blocks at the head (waiting for the checkpoint
-//!    if the log has no room: only this thread and writers ever wait for room).
+//!    if the log has no room: only this thread and writers ever wait for room; writers
+//!    reserve room when they start, but revoke records are not counted there, so a
+//!    transaction that revokes many blocks can outgrow it).
 //! 3. **dispatch** revoke, descriptor and logged blocks as one epoch. On a device with a
 //!    barrier write the last of them is a barrier write and the commit block follows at
 //!    once as another (the paper's JD and JC, back to back); the commit thread waits only
@@ -44,11 +49,10 @@ use crate::format::records::plan_record;
 use crate::format::superblock::{INCOMPAT_JEXT_RECORDS, INCOMPAT_JEXT_SINGLE_IO};
 use crate::journal::{CommittingTransaction, Shared, State};
 use crate::log::LogPlan;
-use crate::tid::{tid_geq, Tid};
+use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::JournalError;
 use jext_io::{Fence, IoFlags, WriteRequest};
 use parking_lot::MutexGuard;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,6 +128,14 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
         })
         .collect();
     let revokes: Vec<u64> = t.revokes.into_iter().collect();
+    // On the committing list before the lock is first let go (JBD2's T_FLUSH): the next
+    // transaction may start as soon as it is, and a revoke in it must see these blocks
+    // (`Handle::revoke`), or recovery would replay them over a new owner of the block.
+    st.committing.push_back(CommittingTransaction::new(
+        tid,
+        blocks.clone(),
+        revokes.clone(),
+    ));
     match reserve_and_dispatch(shared, &mut st, tid, blocks, revokes, t.ordered_data) {
         Ok(()) => {}
         Err(err) => shared.abort(&mut st, err),
@@ -134,11 +146,11 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
     st
 }
 
-/// Recovery's state of `block` just before the transaction being committed, if the
-/// journal knows it (module comment): the version the newest transaction still in the
-/// log logged, unless a revoke since then cancels it.
-fn logged_version(st: &State, block: u64) -> Option<Arc<[u8]>> {
-    for t in st.committing.iter().rev() {
+/// Recovery's state of `block` just before transaction `tid`, if the journal knows it
+/// (module comment): the version the newest transaction before `tid` still in the log
+/// logged, unless a revoke since then cancels it.
+fn logged_version(st: &State, tid: Tid, block: u64) -> Option<Arc<[u8]>> {
+    for t in st.committing.iter().rev().filter(|t| tid_gt(tid, t.tid)) {
         if let Some(&i) = t.block_index.get(&block) {
             return Some(t.blocks[i].1.clone());
         }
@@ -153,24 +165,34 @@ fn logged_version(st: &State, block: u64) -> Option<Arc<[u8]>> {
         .map(|(_, data)| data.clone())
 }
 
-/// Which blocks go whole and which as byte records (module comment). Under the lock,
-/// comparing included: until the transaction is on the committing list, a revoke in the
-/// next transaction could not see that the log holds its blocks.
-fn plan_log(shared: &Shared, st: &State, blocks: &[(u64, Arc<[u8]>)]) -> LogPlan {
+/// Which blocks go whole and which as byte records (module comment) for transaction
+/// `tid`. The bases are taken under the lock; the comparing is done without it, which
+/// no revoke can miss: `tid` is on the committing list already.
+fn plan_log(
+    shared: &Shared,
+    st: &mut MutexGuard<'_, State>,
+    tid: Tid,
+    blocks: &[(u64, Arc<[u8]>)],
+) -> LogPlan {
     let layout = &shared.layout;
     let mut plan = LogPlan::default();
     if !layout.records() {
         plan.full = blocks.to_vec();
         return plan;
     }
+    let bases: Vec<Option<Arc<[u8]>>> = blocks
+        .iter()
+        .map(|(block, _)| logged_version(st, tid, *block))
+        .collect();
     let limit = layout.record_limit();
-    for (block, data) in blocks {
-        let base = logged_version(st, *block);
-        match plan_record(*block, base.as_deref(), data, limit) {
-            Some(record) => plan.records.push(record),
-            None => plan.full.push((*block, data.clone())),
+    MutexGuard::unlocked(st, || {
+        for ((block, data), base) in blocks.iter().zip(bases) {
+            match plan_record(*block, base.as_deref(), data, limit) {
+                Some(record) => plan.records.push(record),
+                None => plan.full.push((*block, data.clone())),
+            }
         }
-    }
+    });
     plan
 }
 
@@ -204,7 +226,9 @@ fn announce_live_bits(
     })
 }
 
-/// Stages 2 and 3. Returns with the transaction on the committing list, its IO issued.
+/// Stages 2 and 3 for transaction `tid`, the newest on the committing list (`blocks` and
+/// `revokes` are its own). Returns with its IO issued; on an error before that, takes it
+/// off the list again (it never reached the log).
 fn reserve_and_dispatch(
     shared: &Shared,
     st: &mut MutexGuard<'_, State>,
@@ -213,9 +237,37 @@ fn reserve_and_dispatch(
     revokes: Vec<u64>,
     ordered_data: bool,
 ) -> Result<(), JournalError> {
+    debug_assert_eq!(st.committing.back().map(|t| t.tid), Some(tid));
     let layout = &shared.layout;
-    let plan = plan_log(shared, &*st, &blocks);
+    let plan = plan_log(shared, st, tid, &blocks);
     let needed = layout.plan_blocks_needed(&plan, revokes.len());
+    // Single I/O: the commit block joins the logged blocks in the same batch, which the
+    // IO layer merges into one write per contiguous range (split where the log wraps);
+    // the flush thread's one flush makes the whole transaction durable. Recovery counts
+    // it only if every block checks. Not when data was written in place for it: that
+    // data must be durable before the commit block (a flush between them), or a crash
+    // could keep the commit and lose the data, showing stale blocks (why Linux refuses
+    // journal_async_commit with data=ordered).
+    let single_io = !shared.barrier_device && layout.single_io() && !ordered_data;
+    if let Err(err) = make_room(shared, st, tid, needed, single_io, !plan.records.is_empty()) {
+        st.committing.pop_back();
+        return Err(err);
+    }
+    dispatch(shared, st, tid, plan, needed, &revokes, single_io)
+}
+
+/// Waits until the log has room for `needed` blocks, then makes sure the live-log bits
+/// the transaction needs are on disk. The state lock is let go in both (the committing
+/// list shows the transaction meanwhile).
+fn make_room(
+    shared: &Shared,
+    st: &mut MutexGuard<'_, State>,
+    tid: Tid,
+    needed: u32,
+    single_io: bool,
+    records: bool,
+) -> Result<(), JournalError> {
+    let layout = &shared.layout;
     let capacity = layout.last - layout.first - 1;
     if needed > capacity {
         return Err(JournalError::TransactionTooLarge {
@@ -234,25 +286,37 @@ fn reserve_and_dispatch(
         shared.checkpoint_wake.notify_one();
         shared.changed.wait(st);
     }
-    let barrier_device = shared.barrier_device;
-    // Single I/O: the commit block joins the logged blocks in the same batch, which the
-    // IO layer merges into one write per contiguous range (split where the log wraps);
-    // the flush thread's one flush makes the whole transaction durable. Recovery counts
-    // it only if every block checks. Not when data was written in place for it: that
-    // data must be durable before the commit block (a flush between them), or a crash
-    // could keep the commit and lose the data, showing stale blocks (why Linux refuses
-    // journal_async_commit with data=ordered).
-    let single_io = !barrier_device && layout.single_io() && !ordered_data;
     let mut bits = 0;
     if single_io {
         bits |= INCOMPAT_JEXT_SINGLE_IO;
     }
-    if !plan.records.is_empty() {
+    if records {
         bits |= INCOMPAT_JEXT_RECORDS;
     }
     if bits & !layout.live_bits() != 0 {
         announce_live_bits(shared, st, tid, bits)?;
     }
+    // The lock may have been let go (planning, room, announcing): nothing commits after
+    // an abort.
+    match &st.aborted {
+        Some(err) => Err(err.clone()),
+        None => Ok(()),
+    }
+}
+
+/// Stage 3: reserves the transaction's log blocks at the head (the room is there) and
+/// issues them.
+fn dispatch(
+    shared: &Shared,
+    st: &mut MutexGuard<'_, State>,
+    tid: Tid,
+    plan: LogPlan,
+    needed: u32,
+    revokes: &[u64],
+    single_io: bool,
+) -> Result<(), JournalError> {
+    let layout = &shared.layout;
+    let barrier_device = shared.barrier_device;
     let start = st.log.head;
     let mut requests = Vec::with_capacity(needed as usize + 1);
     if st.superblock_says_empty {
@@ -269,7 +333,7 @@ fn reserve_and_dispatch(
         st.log.tail = start;
     }
     let mut position = start;
-    for block in layout.build_log_blocks(tid, &plan, &revokes) {
+    for block in layout.build_log_blocks(tid, &plan, revokes) {
         requests.push(WriteRequest::new(
             shared.area.byte_offset(position),
             block,
@@ -280,22 +344,13 @@ fn reserve_and_dispatch(
     let commit_position = position;
     st.log.head = layout.next(commit_position);
     st.in_log.push_back((tid, start));
-    st.committing.push_back(CommittingTransaction {
-        tid,
-        block_index: blocks
-            .iter()
-            .enumerate()
-            .map(|(i, (b, _))| (*b, i))
-            .collect::<HashMap<u64, usize>>(),
-        blocks,
-        records: plan.records.len() as u64,
-        log_blocks: needed,
-        revokes,
-        commit_position,
-        log_ticket: None,
-        commit_issued: false,
-        log_durable: false,
-    });
+    let entry = st
+        .committing
+        .back_mut()
+        .expect("the transaction being dispatched is the newest committing");
+    entry.records = plan.records.len() as u64;
+    entry.log_blocks = needed;
+    entry.commit_position = Some(commit_position);
     let committing = st.committing.len() as u64;
     st.stats.max_committing = st.stats.max_committing.max(committing);
     if single_io {

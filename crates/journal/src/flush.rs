@@ -109,7 +109,9 @@ fn take_items(st: &mut State) -> Vec<Item> {
             tid: t.tid,
             ticket,
             commit_issued: t.commit_issued,
-            commit_position: t.commit_position,
+            commit_position: t
+                .commit_position
+                .expect("an issued transaction has its log blocks"),
             log_durable: t.log_durable,
             has_revokes: !t.revokes.is_empty(),
         });

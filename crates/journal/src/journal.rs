@@ -191,7 +191,12 @@ pub(crate) struct State {
     pub(crate) dispatched: Tid,
     /// The last transaction whose commit block is durable (fsync).
     pub(crate) committed: Tid,
-    /// Transactions dispatched (or being dispatched) and not yet durable, oldest first.
+    /// Transactions off running and not yet durable, oldest first: dispatched, being
+    /// dispatched, or (the newest only) still waiting to go to the log. A transaction
+    /// joins in the same step that takes it off running, under the lock, as JBD2 sets
+    /// `j_committing_transaction` with `j_running_transaction = NULL` (T_FLUSH): from
+    /// then on a handle of the next transaction that revokes one of its blocks sees it
+    /// logged (`Handle::revoke`), however long it waits for log room.
     pub(crate) committing: VecDeque<CommittingTransaction>,
     /// Every transaction in the log, committing or durable and not yet checkpointed,
     /// oldest first: `(tid, first log block)`.
@@ -269,7 +274,9 @@ impl RunningTransaction {
     }
 }
 
-/// A transaction whose log blocks were (or are being) dispatched, not yet durable.
+/// A transaction off running, not yet durable: its log blocks were (or are being)
+/// dispatched, or, while `commit_position` is `None`, the commit thread is still getting
+/// it room in the log (or announcing a live-log feature first).
 pub(crate) struct CommittingTransaction {
     pub(crate) tid: Tid,
     /// Its frozen snapshot: one copy per transaction of every block it logs (whole, even
@@ -277,13 +284,14 @@ pub(crate) struct CommittingTransaction {
     pub(crate) blocks: Vec<(u64, Arc<[u8]>)>,
     /// Where each block is in `blocks`.
     pub(crate) block_index: HashMap<u64, usize>,
-    /// Blocks written as byte records (for the stats).
+    /// Blocks written as byte records (for the stats; set with `commit_position`).
     pub(crate) records: u64,
-    /// Log blocks it takes, commit block included (for the stats).
+    /// Log blocks it takes, commit block included (for the stats; set with
+    /// `commit_position`).
     pub(crate) log_blocks: u32,
     pub(crate) revokes: Vec<u64>,
-    /// The log block its commit block goes to.
-    pub(crate) commit_position: u32,
+    /// The log block its commit block goes to, once its log blocks are reserved.
+    pub(crate) commit_position: Option<u32>,
     /// The log blocks (and, on a barrier device, the commit block), once issued.
     pub(crate) log_ticket: Option<IoTicket>,
     /// Whether the commit block was issued (with the log blocks on a barrier device, by
@@ -293,6 +301,30 @@ pub(crate) struct CommittingTransaction {
     /// earlier round: they are durable, and its own round needs no flush before its
     /// commit block (the flushes of consecutive rounds overlap).
     pub(crate) log_durable: bool,
+}
+
+impl CommittingTransaction {
+    /// Transaction `tid`, just off running, with its frozen snapshot and revokes; no log
+    /// blocks yet.
+    pub(crate) fn new(tid: Tid, blocks: Vec<(u64, Arc<[u8]>)>, revokes: Vec<u64>) -> Self {
+        let block_index = blocks
+            .iter()
+            .enumerate()
+            .map(|(i, (block, _))| (*block, i))
+            .collect();
+        CommittingTransaction {
+            tid,
+            blocks,
+            block_index,
+            records: 0,
+            log_blocks: 0,
+            revokes,
+            commit_position: None,
+            log_ticket: None,
+            commit_issued: false,
+            log_durable: false,
+        }
+    }
 }
 
 impl Journal {
@@ -935,6 +967,9 @@ impl Handle {
         if let Some(err) = &st.aborted {
             return Err(err.clone());
         }
+        // The committing list includes a transaction still waiting for log room: it left
+        // running (this handle's transaction started after that) and will log its blocks
+        // before this transaction's revoke records.
         let in_log = st.checkpoint.blocks.contains_key(&block)
             || st
                 .committing

@@ -371,9 +371,13 @@ fn directory_records(
         Ok(children) => children,
         Err(reason) => return Ok(Err(reason)),
     };
-    for (child, _) in &children {
-        op.lock(*child, Reach::EntryOf(dir))?;
-    }
+    // A child unlinked while still open may have been freed (its last release) since
+    // the list was taken: it has nothing to create. One not cached is that, or durable
+    // since (a new inode leaves the cache only once durable), so it needs no record.
+    let children: Vec<(u32, NewName)> = children
+        .into_iter()
+        .filter(|(child, _)| op.lock_if_cached(*child, Reach::EntryOf(dir)))
+        .collect();
     let mut records = Vec::new();
     for (child, name) in &children {
         let info = op.inode(*child);
@@ -528,9 +532,15 @@ fn dentry(name: &NewName, ino: u32) -> Dentry {
 
 /// The inode as the journal would log it: the 128-byte base and its `i_extra_isize`.
 fn inode_record(fs: &FsInner, info: &InodeInfo, ino: u32) -> FcRecord {
-    let mut raw = info.raw.encode(ino, fs.csum_seed);
+    // An orphan's link lives in the list (as `Tx::write_inode` writes it): the record
+    // carries the bytes its table block holds, as Linux's does.
+    let mut inode = info.raw.clone();
+    if let Some(next) = crate::orphan::next_of(&fs.orphans.lock(), ino) {
+        inode.set_dtime(next);
+    }
+    let mut raw = inode.encode(ino, fs.csum_seed);
     let len = if fs.geo.inode_size as usize > OLD_INODE_SIZE {
-        OLD_INODE_SIZE + usize::from(info.raw.extra_isize())
+        OLD_INODE_SIZE + usize::from(inode.extra_isize())
     } else {
         OLD_INODE_SIZE
     };
