@@ -48,6 +48,20 @@ impl BlockDevice for SlowReads {
     }
 }
 
+/// Formats `dev` and returns mount options whose page cache is small enough that reads
+/// miss and go to the device.
+fn format_small_cache(dev: Arc<dyn jext_device::BlockDevice>) -> MountOptions {
+    let opts = MkfsOptions {
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev, &opts).unwrap();
+    MountOptions {
+        cache_size_bytes: 1 << 20,
+        ..MountOptions::default()
+    }
+}
+
 fn fill(f: &jext_fs::File, value: u8) {
     f.write_at(0, &vec![value; PAGES as usize * PAGE]).unwrap();
 }
@@ -55,15 +69,7 @@ fn fill(f: &jext_fs::File, value: u8) {
 #[test]
 fn unlocked_reads_never_show_freed_blocks_or_torn_pages() {
     let dev = Arc::new(SlowReads(SimDevice::new(64 << 20)));
-    let opts = MkfsOptions {
-        assume_zeroed: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.clone(), &opts).unwrap();
-    let mount = MountOptions {
-        cache_size_bytes: 1 << 20,
-        ..MountOptions::default()
-    };
+    let mount = format_small_cache(dev.clone());
     let fs = Fs::open(dev, mount).unwrap();
     let a = fs.create_file("/a", 0o644).unwrap();
     fill(&a, 1);
@@ -189,15 +195,7 @@ fn a_read_that_raced_a_truncate_leaves_no_other_files_bytes_behind() {
         gate: Mutex::new(Gate::Open),
         turn: Condvar::new(),
     });
-    let opts = MkfsOptions {
-        assume_zeroed: true,
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.clone(), &opts).unwrap();
-    let mount = MountOptions {
-        cache_size_bytes: 1 << 20,
-        ..MountOptions::default()
-    };
+    let mount = format_small_cache(dev.clone());
     let fs = Fs::open(dev.clone(), mount.clone()).unwrap();
     let bs = fs.block_size() as usize;
     let a = fs.create_file("/a", 0o644).unwrap();
