@@ -84,6 +84,9 @@ pub fn default_modes() -> Vec<Mode> {
         ijournal: IJournal::PerCore,
         ..Mode::from(DataMode::Ordered)
     });
+    // `data=adaptive`: every workload that syncs and deletes or truncates a file within
+    // seconds switches files between modes.
+    modes.push(Mode::adaptive());
     modes
 }
 
@@ -135,7 +138,7 @@ fn long_size(name: &str, ci_size: usize) -> usize {
         "odd-fsync" => 1000,
         "append-extents" => 200,
         "deep-path" => 12,
-        "sqlite-rollback" => 16,
+        "sqlite-rollback" | "sqlite-truncate" => 16,
         "sqlite-wal" => 32,
         _ => ci_size,
     }

@@ -10,7 +10,11 @@
 //!   down), and `threads` (four workers' random mkdir/create/write/truncate/unlink/fsync,
 //!   interleaved by a seeded scheduler so that every run is the same).
 //! - SQLite's write and sync patterns: `sqlite-rollback` (DELETE journal mode, N
-//!   transactions) and `sqlite-wal` (N commits, a checkpoint every four).
+//!   transactions), `sqlite-truncate` (the same in TRUNCATE journal mode: the journal
+//!   truncated to 0 and synced instead of deleted) and `sqlite-wal` (N commits, a
+//!   checkpoint every four). Under `data=adaptive` (mode `adaptive`) the rollback
+//!   journal turns journaled: born so from the second transaction, or switched at the
+//!   first truncate.
 //! - BarrierFS's ordering-only syncs: `rename-root-to-sub-barrier` and
 //!   `create-delete-barrier` (the table 2 tests with every fsync an fbarrier), and
 //!   `barrier-chain` (N files, each written then fdatabarrier'd or fbarrier'd in turn, so
@@ -35,6 +39,7 @@ pub const FIXED: &[(&str, usize)] = &[
     ("deep-path", 5),
     ("threads", 1),
     ("sqlite-rollback", 4),
+    ("sqlite-truncate", 4),
     ("sqlite-wal", 8),
     ("rename-root-to-sub-barrier", 1),
     ("create-delete-barrier", 10),
@@ -54,7 +59,8 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "append-extents" => append_extents(size),
         "deep-path" => deep_path(size),
         "threads" => threads(size as u64),
-        "sqlite-rollback" => sqlite_rollback(size),
+        "sqlite-rollback" => sqlite_rollback(size, false),
+        "sqlite-truncate" => sqlite_rollback(size, true),
         "sqlite-wal" => sqlite_wal(size),
         "rename-root-to-sub-barrier" => barriers_for_syncs(rename_root_to_sub()),
         "create-delete-barrier" => barriers_for_syncs(create_delete(size)),
@@ -244,7 +250,7 @@ const PAGE: u32 = 4096;
 /// SQLite's DELETE journal mode with synchronous=FULL: original pages to the journal,
 /// journal synced, header rewritten and synced again, database pages written and
 /// synced, journal deleted.
-fn sqlite_rollback(transactions: usize) -> Vec<Op> {
+fn sqlite_rollback(transactions: usize, truncate: bool) -> Vec<Op> {
     let mut ops = vec![
         Op::Creat("/db".into()),
         write("/db", 0, 4 * PAGE),
@@ -252,8 +258,11 @@ fn sqlite_rollback(transactions: usize) -> Vec<Op> {
     ];
     for t in 0..transactions {
         let page = (t % 4) as u64;
+        // TRUNCATE mode keeps the journal file, empty between transactions.
+        if t == 0 || !truncate {
+            ops.push(Op::Creat("/db-journal".into()));
+        }
         ops.extend([
-            Op::Creat("/db-journal".into()),
             write("/db-journal", 0, 512),
             write("/db-journal", 512, PAGE + 4),
             Op::Fsync("/db-journal".into()),
@@ -263,8 +272,17 @@ fn sqlite_rollback(transactions: usize) -> Vec<Op> {
             Op::Fsync("/db-journal".into()),
             write("/db", page * u64::from(PAGE), PAGE),
             Op::Fsync("/db".into()),
-            Op::Unlink("/db-journal".into()),
         ]);
+        ops.extend(match truncate {
+            true => vec![
+                Op::Truncate {
+                    path: "/db-journal".into(),
+                    size: 0,
+                },
+                Op::Fsync("/db-journal".into()),
+            ],
+            false => vec![Op::Unlink("/db-journal".into())],
+        });
     }
     ops
 }

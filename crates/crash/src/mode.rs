@@ -5,10 +5,12 @@
 //! fast-commit area by default, or the paper's per-core rings). Written as the data mode
 //! with a suffix for each choice that is not the default: `ordered`, `ordered+classic`,
 //! `journal+blocks`, `ordered+percore`, `ordered+classic+percore` (in reproducer lines
-//! and `jext crash --mode`).
+//! and `jext crash --mode`). `adaptive` (`data=adaptive`: ordered, each rollback journal's
+//! data journaled) stands in the data mode's place: `adaptive+classic`.
 //!
 //! Promises: `Display` and `FromStr` are inverses; an unknown mode is refused by name.
 
+use jext_fs::options::ADAPTIVE;
 use jext_fs::{DataMode, FsError, IJournal};
 use jext_journal::{CommitMode, RecordMode};
 use std::fmt;
@@ -17,6 +19,8 @@ use std::str::FromStr;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mode {
     pub data: DataMode,
+    /// `data=adaptive` (then `data` is ordered).
+    pub adaptive: bool,
     pub commit: CommitMode,
     pub records: RecordMode,
     pub ijournal: IJournal,
@@ -29,9 +33,18 @@ impl Mode {
     pub fn with_defaults(data: DataMode) -> Mode {
         Mode {
             data,
+            adaptive: false,
             commit: CommitMode::default(),
             records: RecordMode::default(),
             ijournal: IJournal::Single,
+        }
+    }
+
+    /// `data=adaptive` with every other choice at its default.
+    pub fn adaptive() -> Mode {
+        Mode {
+            adaptive: true,
+            ..Mode::with_defaults(DataMode::Ordered)
         }
     }
 }
@@ -44,7 +57,10 @@ impl From<DataMode> for Mode {
 
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.data)?;
+        match self.adaptive {
+            true => f.write_str(ADAPTIVE)?,
+            false => write!(f, "{}", self.data)?,
+        }
         if self.commit != CommitMode::default() {
             write!(f, "+{}", self.commit.name())?;
         }
@@ -62,11 +78,13 @@ impl FromStr for Mode {
     type Err = String;
     fn from_str(s: &str) -> Result<Mode, String> {
         let mut parts = s.split('+');
-        let data = parts.next().unwrap_or_default();
-        let data = data
-            .parse()
-            .map_err(|e: FsError| format!("mode {s:?}: {e}"))?;
-        let mut mode = Mode::with_defaults(data);
+        let mut mode = match parts.next().unwrap_or_default() {
+            ADAPTIVE => Mode::adaptive(),
+            data => Mode::with_defaults(
+                data.parse()
+                    .map_err(|e: FsError| format!("mode {s:?}: {e}"))?,
+            ),
+        };
         for part in parts {
             let commit = [CommitMode::SingleIo, CommitMode::Classic]
                 .into_iter()
@@ -102,11 +120,19 @@ mod tests {
                     for ijournal in [IJournal::Single, IJournal::PerCore] {
                         let mode = Mode {
                             data,
+                            adaptive: false,
                             commit,
                             records,
                             ijournal,
                         };
                         assert_eq!(mode.to_string().parse::<Mode>(), Ok(mode));
+                        if data == DataMode::Ordered {
+                            let adaptive = Mode {
+                                adaptive: true,
+                                ..mode
+                            };
+                            assert_eq!(adaptive.to_string().parse::<Mode>(), Ok(adaptive));
+                        }
                     }
                 }
             }
@@ -119,6 +145,10 @@ mod tests {
         let m: Mode = "journal+blocks".parse().unwrap();
         assert_eq!((m.data, m.records), (DataMode::Journal, RecordMode::Blocks));
         assert_eq!(m.to_string(), "journal+blocks");
+        let m: Mode = "adaptive+classic".parse().unwrap();
+        assert_eq!((m.data, m.adaptive), (DataMode::Ordered, true));
+        assert_eq!(m.commit, CommitMode::Classic);
+        assert_eq!(m.to_string(), "adaptive+classic");
         assert!("ordered+shared".parse::<Mode>().is_err());
         assert!("fast".parse::<Mode>().is_err());
     }

@@ -106,6 +106,7 @@ pub struct Timeline {
 pub fn mount_options(mode: Mode) -> MountOptions {
     MountOptions {
         data_mode: mode.data,
+        adaptive_journal: mode.adaptive,
         journal_commit: mode.commit,
         journal_records: mode.records,
         ijournal: mode.ijournal,

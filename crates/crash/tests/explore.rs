@@ -145,6 +145,37 @@ fn single_io_commits_survive_every_cut_and_tear() {
     assert!(total.states >= 2000, "every cut of every commit: {total:?}");
 }
 
+/// `data=adaptive`: SQLite's rollback journal in DELETE mode (born journaled from the
+/// second transaction) and TRUNCATE mode (switched at its first truncate), and a WAL,
+/// with sector-torn writes and every cut of the largest write.
+#[test]
+fn adaptive_journal_switches_survive_every_crash() {
+    let only: Vec<WorkloadId> = ["sqlite-rollback-4", "sqlite-truncate-4", "sqlite-wal-8"]
+        .iter()
+        .map(|w| w.parse().unwrap())
+        .collect();
+    let config = Config {
+        modes: ["adaptive", "adaptive+classic"]
+            .iter()
+            .map(|m| m.parse().unwrap())
+            .collect(),
+        sampling: Sampling {
+            torn_writes: true,
+            every_cut_of_largest_write: true,
+            ..Sampling::default()
+        },
+        ..config(2)
+    };
+    let summary = explore(Plan::Ci, &only, &config, &|_| {});
+    for f in &summary.failures {
+        eprintln!("FAILED {}\n  {}", f.reproducer, f.problems.join("\n  "));
+    }
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    let total = summary.total();
+    assert_eq!(total.failures, 0, "{total:?}");
+    assert!(total.states >= 500, "{total:?}");
+}
+
 /// Bugs the explorer found, kept as regression tests by their reproducers.
 #[test]
 fn found_bugs_stay_fixed() {

@@ -11,6 +11,7 @@
 //! concerned: what committed is recovered at the next mount, nothing more.
 
 use crate::acl::{self, AclKind};
+use crate::adaptive_journal::{self, AdaptiveJournalStats};
 use crate::error::{FsError, FsResult};
 use crate::fast_commit;
 use crate::format::inode::flags as iflags;
@@ -419,7 +420,15 @@ impl Fs {
     /// file's journal mode waits for a commit and a checkpoint with every operation held
     /// off, as ext4's does (flag changes are rare).
     pub fn setattr(&self, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
-        self.with_room(attr.flags.is_some(), |op| set_attributes(op, ino, attr))
+        // `data=adaptive` may switch the file to journaled at a truncate to 0.
+        let switches = self.inner().options.adaptive_journal
+            && attr.size == Some(0)
+            && self.on_inode(ino, |op| {
+                Ok(adaptive_journal::switches_at_truncate(op, ino))
+            })?;
+        self.with_room(attr.flags.is_some() || switches, |op| {
+            set_attributes(op, ino, attr)
+        })
     }
 
     /// Drops `what` from `ino`, as Linux does before a write; says whether anything went
@@ -479,10 +488,17 @@ impl Fs {
     }
 
     fn write_with(&self, ino: Ino, offset: u64, data: &[u8], touch_times: bool) -> FsResult<usize> {
-        let written = self.with_room(false, |op| {
+        let (written, grew_out) = self.with_room(false, |op| {
             op.lock(ino, Reach::First)?;
-            file::write(op, ino, offset, data, touch_times)
+            let written = file::write(op, ino, offset, data, touch_times)?;
+            Ok((written, adaptive_journal::at_write(op, ino, written)))
         })?;
+        if grew_out {
+            self.with_room(true, |op| {
+                op.lock(ino, Reach::First)?;
+                adaptive_journal::switch_off_grown(op, ino)
+            })?;
+        }
         // With nothing locked: a throttled writer must not hold up others for its writeback.
         file::balance_dirty(self.inner(), ino)?;
         Ok(written)
@@ -516,6 +532,7 @@ impl Fs {
             let mut op = self.op(false)?;
             op.lock(ino, Reach::First)?;
             let (tid, flush, in_flight) = file::prepare_sync(&mut op, ino, datasync)?;
+            adaptive_journal::at_sync(&mut op, ino);
             let tid = match (tid, promise) {
                 (Some(t), Promise::Durable) if fast_commit::already_durable(&op, ino, t) => None,
                 _ => tid,
@@ -713,6 +730,11 @@ impl Fs {
         self.inner().fc_stats.lock().clone()
     }
 
+    /// What `data=adaptive` chose since mount.
+    pub fn adaptive_journal_stats(&self) -> AdaptiveJournalStats {
+        self.inner().adaptive_journal_stats()
+    }
+
     /// The data mode and other options this mount uses.
     pub fn options(&self) -> MountOptions {
         self.inner().options.clone()
@@ -782,11 +804,14 @@ fn set_attributes(op: &mut Op, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
         let keep = op.inode(ino).raw.flags() & !iflags::USER_MODIFIABLE;
         let wanted = f & iflags::USER_MODIFIABLE;
         check_flags_fit(ino, op.inode(ino).mode(), wanted)?;
+        let old = op.inode(ino).raw.flags();
+        adaptive_journal::at_user_flags(op, ino, old, keep | wanted);
         crate::journal_mode::prepare_flags_change(op, ino, keep | wanted)?;
     }
     if let Some(size) = attr.size {
         if op.inode(ino).size != size {
             file::set_size(op, ino, size)?;
+            adaptive_journal::at_truncate(op, ino, size)?;
         }
     }
     // Dropping `security.capability` may rewrite and free an xattr block.

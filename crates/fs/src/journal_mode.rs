@@ -5,7 +5,9 @@
 //! A regular file journals its data when the mount says `data=journal` or the file carries
 //! the `j` flag (`chattr +j`, `FS_JOURNAL_DATA_FL` 0x4000, inherited from its directory at
 //! create as every ext4 `EXT4_FL_INHERITED` flag is). [`journals_data`] is the one
-//! predicate every path asks (writeback, reads, fast commits).
+//! predicate every path asks (writeback, reads, fast commits). Under `data=adaptive` the
+//! mount gives and takes the same flag itself (`crate::adaptive_journal`), through
+//! [`prepare_flags_change`] like a `chattr`.
 //!
 //! Switching (`ext4_change_inode_journal_flag`):
 //! - **on**: the file's dirty pages are written back in ordered mode first, so no page

@@ -11,6 +11,7 @@
 //!   [`Fs`] API.
 
 mod acl;
+mod adaptive_journal;
 mod alloc;
 mod api;
 mod blockmap;
@@ -44,6 +45,7 @@ pub mod types;
 mod writeback_policy;
 mod xattr_ops;
 
+pub use adaptive_journal::AdaptiveJournalStats;
 pub use api::{File, Fs};
 pub use error::{FsError, FsResult};
 pub use fast_commit::replay::ReplayReport;

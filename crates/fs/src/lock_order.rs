@@ -58,6 +58,8 @@ pub(crate) enum Rank {
     Pages,
     /// The error that stopped writes.
     Error,
+    /// `data=adaptive`'s remembered names (`crate::adaptive_journal`).
+    AdaptiveJournal,
     /// Counters for reports.
     Stats,
 }

@@ -311,6 +311,7 @@ pub(crate) fn mount(
         error: Leaf::new(Rank::Error, None),
         next_generation: AtomicU32::new(generation),
         fc_stats: Leaf::new(Rank::Stats, Default::default()),
+        adaptive: Leaf::new(Rank::AdaptiveJournal, Default::default()),
     });
     *inner.alloc.totals.lock() = Totals::load(&inner)?;
     // Before the fast-commit replay: an inode it deletes (or rewrites) may be on the

@@ -207,6 +207,7 @@ fn create_in(
         parent_flags,
     );
     tx.op.lock_new(ino, raw);
+    crate::adaptive_journal::at_create(tx, parent, name, ino)?;
     match kind {
         FileKind::Directory => {
             dir::init(tx, ino, parent)?;
@@ -417,6 +418,7 @@ pub(crate) fn unlink(op: &mut Op, parent: u32, name: &[u8], rmdir: bool) -> FsRe
         drop_link(&mut tx, target, is_dir, t)
     })();
     let orphaned = tx.end(r)?;
+    crate::adaptive_journal::at_unlink(op, parent, name, target);
     finish_if_unused(op, target, orphaned)
 }
 

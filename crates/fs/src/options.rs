@@ -30,7 +30,7 @@ impl FromStr for DataMode {
             "writeback" => Ok(DataMode::Writeback),
             "journal" => Ok(DataMode::Journal),
             other => Err(FsError::Invalid(format!(
-                "data={other}: expected data=ordered, data=writeback or data=journal"
+                "data={other}: expected data=ordered, data=writeback, data=journal or data=adaptive"
             ))),
         }
     }
@@ -45,6 +45,9 @@ impl fmt::Display for DataMode {
         })
     }
 }
+
+/// `data=adaptive`'s spelling (see [`MountOptions::adaptive_journal`]).
+pub const ADAPTIVE: &str = "adaptive";
 
 /// Where an fsync's i-transaction goes (`ijournal=`): iJournaling's file-level commits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,6 +89,10 @@ pub enum ErrorBehavior {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountOptions {
     pub data_mode: DataMode,
+    /// `data=adaptive`: ordered (`data_mode` says so), and each regular file whose
+    /// behaviour is a rollback journal's gets the `j` flag (`crate::adaptive_journal`).
+    /// Not a fourth [`DataMode`]: in every respect but that per-file choice it is ordered.
+    pub adaptive_journal: bool,
     /// ext4 `commit=`: the running transaction commits once it is this old.
     pub commit_interval_ms: u64,
     pub read_only: bool,
@@ -120,6 +127,7 @@ impl Default for MountOptions {
     fn default() -> Self {
         MountOptions {
             data_mode: DataMode::Ordered,
+            adaptive_journal: false,
             commit_interval_ms: 5000,
             read_only: false,
             errors: ErrorBehavior::RemountReadOnly,
@@ -164,7 +172,14 @@ impl MountOptions {
             None => Ok(()),
         };
         match name {
-            "data" => self.data_mode = need_value()?.parse()?,
+            "data" => {
+                let value = need_value()?;
+                self.adaptive_journal = value == ADAPTIVE;
+                self.data_mode = match self.adaptive_journal {
+                    true => DataMode::Ordered,
+                    false => value.parse()?,
+                };
+            }
             "commit" => {
                 let secs: u64 = need_value()?.parse().map_err(|_| {
                     FsError::Invalid(format!(
@@ -393,6 +408,12 @@ mod tests {
         assert_eq!(o.errors, ErrorBehavior::Continue);
         assert_eq!(o.cache_size_bytes, 64 << 20);
         assert_eq!(MountOptions::parse("").unwrap(), MountOptions::default());
+        let adaptive = MountOptions::parse("data=adaptive").unwrap();
+        assert!(adaptive.adaptive_journal && !o.adaptive_journal);
+        assert_eq!(adaptive.data_mode, DataMode::Ordered);
+        let last_wins = MountOptions::parse("data=adaptive,data=journal").unwrap();
+        assert!(!last_wins.adaptive_journal);
+        assert_eq!(last_wins.data_mode, DataMode::Journal);
         for mode in [CommitMode::Classic, CommitMode::SingleIo] {
             let text = format!("journal_commit={}", mode.name());
             assert_eq!(MountOptions::parse(&text).unwrap().journal_commit, mode);

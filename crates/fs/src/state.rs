@@ -63,6 +63,8 @@ pub(crate) struct FsInner {
     /// Fast commits and fallbacks since mount (the journal's answer arrives after every
     /// inode is released).
     pub fc_stats: Leaf<FastCommitStats>,
+    /// `data=adaptive`'s remembered names and counters.
+    pub adaptive: Leaf<crate::adaptive_journal::AdaptiveJournal>,
 }
 
 impl FsInner {
@@ -114,6 +116,8 @@ pub(crate) struct InodeInfo {
     /// Its times were read (stat) since they last changed: the next change is stamped
     /// with the exact time, not the clock tick's (`inodes::stamp`).
     pub times_queried: AtomicBool,
+    /// What it did since it was last empty, for `data=adaptive`.
+    pub adaptive: crate::adaptive_journal::FileHistory,
 }
 
 impl InodeInfo {
@@ -133,6 +137,7 @@ impl InodeInfo {
             fc: Default::default(),
             journaled_changes: 0,
             times_queried: AtomicBool::new(false),
+            adaptive: Default::default(),
         }
     }
 
