@@ -62,7 +62,8 @@ impl Default for Config {
 }
 
 /// The three data modes with single-I/O commits (the default), then with classic ones,
-/// all with byte records (the default); then data=journal with whole-block records.
+/// all with byte records (the default); then data=journal with whole-block records,
+/// ordered with per-core i-transactions, and data=adaptive.
 pub fn default_modes() -> Vec<Mode> {
     let mut modes: Vec<Mode> = [CommitMode::SingleIo, CommitMode::Classic]
         .into_iter()

@@ -168,11 +168,11 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         jobs: Option<usize>,
-        /// Only this mode (repeatable): ordered, journal, writeback, each optionally with
-        /// +classic for classic journal commits, +blocks for whole-block journal records
-        /// (journal_records=blocks), +percore for per-core i-transactions
-        /// (ijournal=percore); default: the six data and commit modes, journal+blocks and
-        /// ordered+percore.
+        /// Only this mode (repeatable): ordered, journal, writeback, adaptive, each
+        /// optionally with +classic for classic journal commits, +blocks for whole-block
+        /// journal records (journal_records=blocks), +percore for per-core i-transactions
+        /// (ijournal=percore); default: the six data and commit modes, journal+blocks,
+        /// ordered+percore and adaptive.
         #[arg(long = "mode")]
         modes: Vec<String>,
         /// Only this workload (repeatable), e.g. ace1-17, ace3-5, create-delete-10.
