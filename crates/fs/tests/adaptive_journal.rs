@@ -183,16 +183,23 @@ fn an_ordered_mount_never_chooses() {
     unmount_and_check(fs, &dev);
 }
 
+/// A database and its TRUNCATE-mode journal after one transaction, which switched the
+/// journal to journaled; returns the journal.
+fn switched_journal(fs: &Fs) -> jext_fs::File {
+    make_db(fs);
+    fs.create_file("/db-journal", 0o644).unwrap();
+    rollback_transaction(fs, 0);
+    let journal = fs.open_file("/db-journal").unwrap();
+    journal.set_len(0).unwrap();
+    assert!(journal.journals_data().unwrap(), "the policy switched it");
+    journal
+}
+
 #[test]
 fn the_users_chattr_wins() {
     let dev = fresh(32 << 20);
     let fs = mount(&dev, "data=adaptive");
-    make_db(&fs);
-    fs.create_file("/db-journal", 0o644).unwrap();
-    rollback_transaction(&fs, 0);
-    let journal = fs.open_file("/db-journal").unwrap();
-    journal.set_len(0).unwrap();
-    assert!(journal.journals_data().unwrap(), "the policy switched it");
+    let journal = switched_journal(&fs);
     journal.set_journal_mode(FileJournalMode::Mount).unwrap();
     for t in 1..3 {
         assert!(!rollback_transaction(&fs, t));
@@ -215,12 +222,7 @@ fn the_users_chattr_wins() {
 fn a_policy_journaled_file_that_grows_big_goes_back_to_ordered_once() {
     let dev = fresh(96 << 20);
     let fs = mount(&dev, "data=adaptive");
-    make_db(&fs);
-    fs.create_file("/db-journal", 0o644).unwrap();
-    rollback_transaction(&fs, 0);
-    let journal = fs.open_file("/db-journal").unwrap();
-    journal.set_len(0).unwrap();
-    assert!(journal.journals_data().unwrap());
+    let journal = switched_journal(&fs);
     // A huge transaction: its journal passes 16 MiB.
     let chunk = vec![6u8; 1 << 20];
     for i in 0..17u64 {
