@@ -526,7 +526,7 @@ impl Fs {
         if !fs.is_read_only() {
             // The bulk of the data a batch at a time; what is left (pages dirtied since,
             // the times, the last batch) is planned with the sync.
-            file::write_back_unlocked(fs, ino, false)?;
+            file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)?;
         }
         let (tid, flush, in_flight, fast_commit) = {
             let mut op = self.op(false)?;
@@ -685,7 +685,7 @@ impl Fs {
                 .map(|(i, _)| i)
                 .collect();
             for &ino in &files {
-                file::write_back_unlocked(fs, ino, false)?;
+                file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)?;
             }
             // What is left: times, sizes past the data, pages dirtied meanwhile.
             for ino in files.into_iter().chain(fs.inodes.dirty_inodes()) {

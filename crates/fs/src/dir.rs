@@ -401,20 +401,30 @@ fn htree_list(
     loop {
         let logical = path.leaf();
         let (phys, bytes) = read_block(fs, ino, raw, logical)?;
-        for e in parse_leaf(fs, ino, raw, phys, &bytes)? {
-            if e.inode == 0 {
-                continue;
+        // Names are copied only for the entries listed: most of a leaf may lie before
+        // the cookie.
+        let mut unhashable = None;
+        visit_leaf(fs, ino, raw, phys, &bytes, |e| {
+            if e.inode == 0 || unhashable.is_some() {
+                return;
             }
-            let (major, minor) = name_hash(fs, info.hash_version, &e.name, ino)?;
-            let key = hash_cookie(major, minor);
-            if key >= cookie {
-                rest.push(Listed {
-                    ino: e.inode,
-                    file_type: e.file_type,
-                    name: e.name,
-                    next_cookie: key + 1,
-                });
+            match name_hash(fs, info.hash_version, e.name, ino) {
+                Ok((major, minor)) => {
+                    let key = hash_cookie(major, minor);
+                    if key >= cookie {
+                        rest.push(Listed {
+                            ino: e.inode,
+                            file_type: e.file_type,
+                            name: e.name.to_vec(),
+                            next_cookie: key + 1,
+                        });
+                    }
+                }
+                Err(err) => unhashable = Some(err),
             }
+        })?;
+        if let Some(err) = unhashable {
+            return Err(err);
         }
         match dx_next(fs, ino, raw, &mut path)? {
             None => break,

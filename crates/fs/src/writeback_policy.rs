@@ -75,7 +75,7 @@ pub(crate) fn writeback_due(fs: &FsInner) -> FsResult<()> {
             }
         };
         if wanted {
-            file::write_back_unlocked(fs, ino, true)?;
+            file::write_back_unlocked(fs, ino, true, file::Urgency::Background)?;
         }
     }
     fs.pages.lock().evict_over_capacity();

@@ -9,6 +9,7 @@
 //! machine's rules require). Must never mount over a mount point it cannot stat.
 
 mod caller;
+mod dir_streams;
 mod kernel_mount;
 mod loop_device;
 mod ops;

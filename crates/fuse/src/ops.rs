@@ -16,6 +16,7 @@
 //! so that an unlinked file lives until its last release.
 
 use crate::caller;
+use crate::dir_streams::DirStreams;
 use crate::requests::RequestCounts;
 use crate::{JEXT_IOC_FBARRIER, JEXT_IOC_FDATABARRIER};
 use fuser::{
@@ -94,6 +95,8 @@ pub struct JextFuse {
     /// How to tell the kernel that attributes it cached changed; set once the session
     /// exists (after the handshake).
     notifier: Arc<OnceLock<Notifier>>,
+    /// What each open directory listed and has not yet sent.
+    dir_streams: DirStreams,
 }
 
 fn to_ext4(ino: INodeNo) -> Result<Ino, Errno> {
@@ -246,6 +249,7 @@ impl JextFuse {
             requests,
             on_destroy: Mutex::new(Some(on_destroy)),
             notifier: Arc::new(OnceLock::new()),
+            dir_streams: DirStreams::default(),
         }
     }
 
@@ -866,30 +870,57 @@ impl Filesystem for JextFuse {
         );
     }
 
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(self.dir_streams.open()), FopenFlags::empty());
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dir_streams.release(fh.0);
+        reply.ok();
+    }
+
+    /// Fills the reply from what the last READDIR of this open directory listed and did
+    /// not send, then from new batches, until it is full or the directory ends.
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match self.list(ino, offset) {
-            Ok(entries) => {
-                for e in entries {
-                    if reply.add(
-                        to_fuse(e.ino),
-                        e.next_cookie,
-                        kind(e.kind),
-                        OsStr::from_bytes(&e.name),
-                    ) {
-                        break;
-                    }
+        let mut pending = self.dir_streams.take(fh.0, offset);
+        let mut at = offset;
+        loop {
+            if pending.is_empty() {
+                match self.list(ino, at) {
+                    Ok(batch) if batch.is_empty() => break,
+                    Ok(batch) => pending = batch.into(),
+                    Err(e) => return reply.error(e),
                 }
-                reply.ok();
             }
-            Err(e) => reply.error(e),
+            let e = pending.pop_front().expect("refilled above");
+            let full = reply.add(
+                to_fuse(e.ino),
+                e.next_cookie,
+                kind(e.kind),
+                OsStr::from_bytes(&e.name),
+            );
+            if full {
+                pending.push_front(e);
+                self.dir_streams.keep(fh.0, at, pending);
+                break;
+            }
+            at = e.next_cookie;
         }
+        reply.ok();
     }
 
     fn readdirplus(

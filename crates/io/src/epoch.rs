@@ -38,6 +38,22 @@ use std::time::Instant;
 /// Largest single device write that merging may build.
 pub(crate) const MAX_MERGED_BYTES: usize = 8 << 20;
 
+/// Largest device write merged from `BACKGROUND` writes: what a sync write may find ahead
+/// of it in the device is a few of these.
+const BACKGROUND_MERGED_BYTES: usize = 1 << 20;
+
+/// `BACKGROUND` commands in the device at once while other IO is about (a write that is
+/// not background, or a flush, issued within [`SYNC_ACTIVE`]); blk-wbt's "normal" limit on
+/// a fast device is of this order.
+const BACKGROUND_IN_FLIGHT_BUSY: usize = 2;
+
+/// `BACKGROUND` commands in the device at once when it is theirs alone: enough to keep a
+/// device streaming; a sync write arriving then finds at most this many ahead of it once.
+const BACKGROUND_IN_FLIGHT_IDLE: usize = 8;
+
+/// How long after a sync write or a flush the device counts as busy with sync IO.
+const SYNC_ACTIVE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// One issued write.
 pub(crate) struct Request {
     seq: u64,
@@ -63,6 +79,10 @@ impl Request {
     fn fua(&self) -> bool {
         self.flags.contains(IoFlags::FUA)
     }
+
+    fn background(&self) -> bool {
+        self.flags.contains(IoFlags::BACKGROUND)
+    }
 }
 
 #[derive(Default)]
@@ -80,6 +100,7 @@ enum InFlight {
         offset: u64,
         end: u64,
         requests: Vec<Request>,
+        background: bool,
     },
     Flush {
         number: u64,
@@ -117,6 +138,10 @@ pub(crate) struct Scheduler {
     open_epoch: u64,
     first_unreleased: u64,
     in_flight: HashMap<u64, InFlight>,
+    /// Commands in flight made of `BACKGROUND` writes.
+    background_in_flight: usize,
+    /// When the last write that is not `BACKGROUND`, or a flush, was issued.
+    last_sync_io: Option<Instant>,
     next_tag: u64,
     flushes_dispatched: u64,
     /// The highest-numbered flush that completed successfully.
@@ -151,6 +176,8 @@ impl Scheduler {
             open_epoch: 0,
             first_unreleased: 0,
             in_flight: HashMap::new(),
+            background_in_flight: 0,
+            last_sync_io: None,
             next_tag: 0,
             flushes_dispatched: 0,
             max_ok_flush: 0,
@@ -177,6 +204,9 @@ impl Scheduler {
     ) {
         let seq = self.next_seq;
         self.next_seq += 1;
+        if !flags.contains(IoFlags::BACKGROUND) {
+            self.last_sync_io = Some(Instant::now());
+        }
         let ordered = flags.intersects(IoFlags::ORDERED | IoFlags::BARRIER);
         if ordered {
             if let Some((_, err)) = &self.order_failure {
@@ -215,6 +245,7 @@ impl Scheduler {
 
     /// Asks for a flush numbered at least `number` (see [`Scheduler::next_flush`]).
     pub(crate) fn want_flush(&mut self, number: u64) {
+        self.last_sync_io = Some(Instant::now());
         self.flush_wanted = self.flush_wanted.max(number);
     }
 
@@ -347,34 +378,14 @@ impl Scheduler {
     }
 
     /// Plans up to `slots` write commands from the eligible writes, by offset, merging
-    /// contiguous ones.
+    /// contiguous ones: first every write that is not `BACKGROUND`, then background ones
+    /// as far as [`Scheduler::background_slots`] lets them.
     fn plan_writes(&mut self, slots: usize) -> Vec<(u64, Command)> {
-        let mut runs: Vec<Vec<(u64, u64)>> = Vec::new();
-        let mut run_end = 0u64;
-        let mut run_bytes = 0usize;
-        let mut run_fua = false;
-        for (key, r) in &self.pending {
-            if !self.eligible(r) {
-                continue;
-            }
-            let joins = runs.last().is_some()
-                && r.offset == run_end
-                && r.fua() == run_fua
-                && !r.flags.contains(IoFlags::PREFLUSH)
-                && run_bytes + r.data.len() <= MAX_MERGED_BYTES;
-            if joins {
-                runs.last_mut().expect("checked").push(*key);
-                run_bytes += r.data.len();
-            } else {
-                if runs.len() == slots {
-                    break;
-                }
-                runs.push(vec![*key]);
-                run_bytes = r.data.len();
-                run_fua = r.fua();
-            }
-            run_end = r.end();
-        }
+        let mut runs = self.plan_runs(slots, false);
+        let background = slots
+            .saturating_sub(runs.len())
+            .min(self.background_slots());
+        runs.extend(self.plan_runs(background, true));
         let runs: Vec<Vec<Request>> = runs
             .into_iter()
             .map(|keys| {
@@ -388,6 +399,62 @@ impl Scheduler {
             .enumerate()
             .map(|(i, run)| self.start_write(run, barrier_run == Some(i)))
             .collect()
+    }
+
+    /// Up to `slots` runs of eligible pending writes, by offset: the keys of each run's
+    /// writes, every one of them `BACKGROUND` or none.
+    fn plan_runs(&self, slots: usize, background: bool) -> Vec<Vec<(u64, u64)>> {
+        let merge_limit = if background {
+            BACKGROUND_MERGED_BYTES
+        } else {
+            MAX_MERGED_BYTES
+        };
+        let mut runs: Vec<Vec<(u64, u64)>> = Vec::new();
+        if slots == 0 {
+            return runs;
+        }
+        let mut run_end = 0u64;
+        let mut run_bytes = 0usize;
+        let mut run_fua = false;
+        for (key, r) in &self.pending {
+            if r.background() != background || !self.eligible(r) {
+                continue;
+            }
+            let joins = runs.last().is_some()
+                && r.offset == run_end
+                && r.fua() == run_fua
+                && !r.flags.contains(IoFlags::PREFLUSH)
+                && run_bytes + r.data.len() <= merge_limit;
+            if joins {
+                runs.last_mut().expect("checked").push(*key);
+                run_bytes += r.data.len();
+            } else {
+                if runs.len() == slots {
+                    break;
+                }
+                runs.push(vec![*key]);
+                run_bytes = r.data.len();
+                run_fua = r.fua();
+            }
+            run_end = r.end();
+        }
+        runs
+    }
+
+    /// How many more `BACKGROUND` commands may go to the device now: a few while sync IO
+    /// is about (in the device, or issued lately), more when the device is theirs alone.
+    fn background_slots(&self) -> usize {
+        let sync_in_device = self.in_flight.len() > self.background_in_flight;
+        let busy = sync_in_device
+            || self
+                .last_sync_io
+                .is_some_and(|at| at.elapsed() < SYNC_ACTIVE);
+        let limit = if busy {
+            BACKGROUND_IN_FLIGHT_BUSY
+        } else {
+            BACKGROUND_IN_FLIGHT_IDLE
+        };
+        limit.saturating_sub(self.background_in_flight)
     }
 
     /// In barrier mode, the run that takes the last ordered write of a closed epoch gets
@@ -436,10 +503,17 @@ impl Scheduler {
         }
         self.stats.stats.write_commands += 1;
         self.stats.stats.writes += run.len() as u64;
+        let background = run[0].background();
+        debug_assert!(
+            run.iter().all(|r| r.background() == background),
+            "a command is all background writes or none"
+        );
+        self.background_in_flight += usize::from(background);
         let tag = self.start(InFlight::Write {
             offset,
             end,
             requests: run,
+            background,
         });
         (
             tag,
@@ -460,7 +534,12 @@ impl Scheduler {
             .expect("a completion of a command in flight")
         {
             InFlight::Flush { number } => self.flush_completed(number, result),
-            InFlight::Write { requests, .. } => {
+            InFlight::Write {
+                requests,
+                background,
+                ..
+            } => {
+                self.background_in_flight -= usize::from(background);
                 for r in requests {
                     self.write_completed(r, result.clone());
                 }

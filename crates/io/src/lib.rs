@@ -21,6 +21,11 @@
 //! - `PREFLUSH`: a full drain before this write: everything issued before it transferred
 //!   and flushed, nothing issued after it dispatched first.
 //! - `FUA`: this write is durable when it completes.
+//! - `BACKGROUND`: writeback nobody waits for yet (the writeback thread, dirty
+//!   throttling). It yields to every other write and is metered into the device a little
+//!   at a time while other IO is about, as Linux's writeback throttling (blk-wbt) meters
+//!   it, so that an fsync's few writes never queue behind megabytes of someone else's
+//!   writeback. It changes when a write goes, never what it is ordered against.
 //!
 //! [`IoQueue::new`] is today's synchronous queue (the inline engine, queue depth 1), which
 //! [`IoQueue::submit`], [`IoQueue::write`] and [`IoQueue::flush`] keep meaning what they
@@ -62,6 +67,7 @@ bitflags! {
         const BARRIER = 1 << 1;
         const PREFLUSH = 1 << 2;
         const FUA = 1 << 3;
+        const BACKGROUND = 1 << 4;
     }
 }
 

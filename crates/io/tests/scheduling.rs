@@ -391,6 +391,63 @@ fn stages_come_in_order_and_durability_costs_one_shared_flush() {
     assert_eq!(b[0], 8, "durable means it survives the crash");
 }
 
+/// Background writeback (blk-wbt's idea): a sync write issued behind a backlog of it goes
+/// at once; while sync IO is in the device, only two background commands are; none is
+/// merged past 1 MiB. Nothing is lost on the way.
+#[test]
+fn background_writes_yield_to_a_sync_write_and_are_metered() {
+    let dev = Scripted::new(false, 32);
+    let q = queue(&dev, 32);
+    let background = |index: u64| WriteRequest::new(index * BLOCK, block(7), IoFlags::BACKGROUND);
+    // Every other block: 40 writes that cannot merge.
+    let backlog = q.issue((0..40).map(|i| background(2 * i)).collect());
+    assert_eq!(
+        dev.held(),
+        8,
+        "the device is theirs alone: 8 background commands go"
+    );
+    let sync = q.issue(vec![request(200, Kind::Orderless)]);
+    let sync_went_at_once = dev.held() == 9;
+    // Complete the oldest commands (background ones) with the sync write held: each time,
+    // what the device holds besides it, until it is down to what the meter allows.
+    let mut background_held = vec![dev.held() - 1];
+    while background_held.last() > Some(&2) {
+        assert!(dev.complete(0));
+        background_held.push(dev.held() - 1);
+    }
+    assert!(dev.complete(0));
+    background_held.push(dev.held() - 1);
+    // Asserted only now: a failed assertion with commands held would hang the queue's drop.
+    dev.complete_all();
+    sync.wait_transferred().unwrap();
+    backlog.wait_transferred().unwrap();
+    assert!(
+        sync_went_at_once,
+        "the sync write goes at once, ahead of 32 pending ones"
+    );
+    assert_eq!(
+        background_held,
+        vec![8, 7, 6, 5, 4, 3, 2, 2],
+        "with the sync write in the device, background commands drain to 2 and stay there"
+    );
+    // 2 MiB of contiguous background writes go in commands of at most 1 MiB.
+    let contiguous = q.issue((1024..1536).map(background).collect());
+    dev.complete_all();
+    contiguous.wait_transferred().unwrap();
+    let longest = dev
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Dispatched {
+                command: Seen::Write { len, .. },
+                ..
+            } => Some(len),
+            _ => None,
+        })
+        .max();
+    assert_eq!(longest, Some(1 << 20), "background commands stop at 1 MiB");
+}
+
 #[test]
 fn a_failed_write_fails_its_ticket_and_everything_ordered_after_it() {
     for barrier in [true, false] {

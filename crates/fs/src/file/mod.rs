@@ -18,7 +18,7 @@ pub(crate) use in_flight::DataInFlight;
 use read::page_data;
 pub(crate) use read::read;
 pub(crate) use write::{balance_dirty, write};
-pub(crate) use writeback::{issue_writeback, write_back_unlocked, writeback};
+pub(crate) use writeback::{issue_writeback, write_back_unlocked, writeback, Urgency};
 use writeback::{release_reservations, sync_size_and_inode};
 
 use crate::blockmap;

@@ -126,12 +126,12 @@ pub(crate) fn balance_dirty(fs: &FsInner, ino: u32) -> FsResult<()> {
         }
         (limit, pages.dirty_files())
     };
-    writeback::write_back_unlocked(fs, ino, false)?;
+    writeback::write_back_unlocked(fs, ino, false, writeback::Urgency::Background)?;
     for (other, _) in oldest {
         if fs.pages.lock().dirty_bytes() <= limit / 2 {
             break;
         }
-        writeback::write_back_unlocked(fs, other, false)?;
+        writeback::write_back_unlocked(fs, other, false, writeback::Urgency::Background)?;
     }
     fs.pages.lock().evict_over_capacity();
     Ok(())

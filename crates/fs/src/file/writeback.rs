@@ -25,6 +25,26 @@ use jext_journal::Tid;
 /// Pages written back in one transaction.
 const WRITEBACK_BATCH_PAGES: usize = 2048;
 
+/// Whether someone waits for a writeback now, which decides how its data writes queue at
+/// the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Urgency {
+    /// fsync, sync, a mode switch, unmount: its writes go ahead of background ones.
+    Sync,
+    /// The writeback thread and dirty throttling: its writes yield to every other write
+    /// (`IoFlags::BACKGROUND`), so a neighbour's fsync never queues behind them.
+    Background,
+}
+
+impl Urgency {
+    fn io_flags(self) -> IoFlags {
+        match self {
+            Urgency::Sync => IoFlags::empty(),
+            Urgency::Background => IoFlags::BACKGROUND,
+        }
+    }
+}
+
 /// Writes back the dirty pages of `ino` (held by `op`; and, with `with_times`, its
 /// timestamps) and waits for the writes with it held; returns the last transaction used.
 pub(crate) fn writeback(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Option<Tid>> {
@@ -42,7 +62,12 @@ pub(crate) fn writeback(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Opt
 /// dirtying the file cannot keep it going. With `with_times`, the inode's times (and a size
 /// past the data) are journaled at the end unless new pages were dirtied meanwhile, which
 /// leaves them to the next writeback. The caller holds no operation.
-pub(crate) fn write_back_unlocked(fs: &FsInner, ino: u32, with_times: bool) -> FsResult<()> {
+pub(crate) fn write_back_unlocked(
+    fs: &FsInner,
+    ino: u32,
+    with_times: bool,
+    urgency: Urgency,
+) -> FsResult<()> {
     let Some(slot) = fs.inodes.cached(ino) else {
         // Not in memory: nothing of it is dirty.
         return Ok(());
@@ -73,7 +98,7 @@ pub(crate) fn write_back_unlocked(fs: &FsInner, ino: u32, with_times: bool) -> F
                 continue;
             }
             op.note_data_change(ino);
-            writeback_batch(&mut op, ino, &still_dirty, false)?.1
+            writeback_batch(&mut op, ino, &still_dirty, false, urgency)?.1
         };
         in_flight.finish(fs)?;
     }
@@ -104,7 +129,8 @@ pub(crate) fn issue_writeback(
     for batch in batches(fs, journal_data, &dirty) {
         // A handle held open by data in flight must stop before the next one starts.
         std::mem::take(&mut in_flight).finish(fs)?;
-        let (batch_tid, batch_in_flight) = writeback_batch(op, ino, batch, with_times)?;
+        let (batch_tid, batch_in_flight) =
+            writeback_batch(op, ino, batch, with_times, Urgency::Sync)?;
         tid = batch_tid.or(tid);
         in_flight = batch_in_flight;
     }
@@ -205,6 +231,7 @@ fn writeback_batch(
     ino: u32,
     pages: &[u64],
     with_times: bool,
+    urgency: Urgency,
 ) -> FsResult<(Option<Tid>, DataInFlight)> {
     let fs = op.fs;
     let raw = op.inode(ino).raw.clone();
@@ -229,14 +256,14 @@ fn writeback_batch(
     let times = with_times && info.dirty;
     if !(needs_blocks || any_unwritten || journal_data || grows || times) {
         // Pure overwrite of mapped blocks: no metadata changes, no handle.
-        let in_flight = write_pages_in_place(op, ino, &raw, &runs)?;
+        let in_flight = write_pages_in_place(op, ino, &raw, &runs, urgency)?;
         op.inode_mut(ino).unflushed_data = true;
         return Ok((None, in_flight));
     }
     let mut tx = Tx::begin(op, batch_credits(runs.len(), pages.len(), journal_data))?;
     let r = (|| {
         for &(first, len) in &runs {
-            write_run(&mut tx, ino, first, len, journal_data)?;
+            write_run(&mut tx, ino, first, len, journal_data, urgency)?;
         }
         sync_size_and_inode(&mut tx, ino, last_end)
     })();
@@ -261,6 +288,7 @@ fn write_pages_in_place(
     ino: u32,
     raw: &crate::format::inode::Inode,
     runs: &[(u64, u64)],
+    urgency: Urgency,
 ) -> FsResult<DataInFlight> {
     let fs = op.fs;
     let bs = u64::from(fs.geo.block_size);
@@ -285,7 +313,7 @@ fn write_pages_in_place(
         requests.push(WriteRequest::new(
             phys * bs,
             page.data.clone(),
-            IoFlags::empty(),
+            urgency.io_flags(),
         ));
         pages.push(page);
     }
@@ -296,7 +324,14 @@ fn write_pages_in_place(
 }
 
 /// Writes one run of dirty pages, allocating or converting blocks as needed.
-fn write_run(tx: &mut Tx, ino: u32, first: u64, len: u64, journal_data: bool) -> FsResult<()> {
+fn write_run(
+    tx: &mut Tx,
+    ino: u32,
+    first: u64,
+    len: u64,
+    journal_data: bool,
+    urgency: Urgency,
+) -> FsResult<()> {
     let mut index = first;
     while index < first + len {
         let raw = tx.raw_inode(ino)?;
@@ -312,7 +347,7 @@ fn write_run(tx: &mut Tx, ino: u32, first: u64, len: u64, journal_data: bool) ->
                         phys: e.start,
                         count: u64::from(e.len),
                     };
-                    put_data(tx, ino, run, journal_data, true)?;
+                    put_data(tx, ino, run, journal_data, true, urgency)?;
                 }
                 hole
             }
@@ -323,7 +358,7 @@ fn write_run(tx: &mut Tx, ino: u32, first: u64, len: u64, journal_data: bool) ->
                     phys,
                     count: n,
                 };
-                put_data(tx, ino, run, journal_data, true)?;
+                put_data(tx, ino, run, journal_data, true, urgency)?;
                 blockmap::mark_written(tx, ino, index as u32, index + n)?;
                 n
             }
@@ -334,7 +369,7 @@ fn write_run(tx: &mut Tx, ino: u32, first: u64, len: u64, journal_data: bool) ->
                     phys,
                     count: n,
                 };
-                put_data(tx, ino, run, journal_data, false)?;
+                put_data(tx, ino, run, journal_data, false, urgency)?;
                 n
             }
         };
@@ -388,6 +423,7 @@ fn put_data(
     run: Run,
     journal_data: bool,
     newly_mapped: bool,
+    urgency: Urgency,
 ) -> FsResult<()> {
     let Run { index, phys, count } = run;
     let bs = u64::from(tx.fs.geo.block_size);
@@ -424,7 +460,7 @@ fn put_data(
             requests.push(WriteRequest::new(
                 block * bs,
                 page.data.clone(),
-                IoFlags::ORDERED,
+                IoFlags::ORDERED | urgency.io_flags(),
             ));
             pages.push(page);
         }
