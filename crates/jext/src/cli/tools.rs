@@ -99,7 +99,7 @@ pub fn mkfs(
     match made {
         Ok(r) => {
             let journal = match (journal, r.fast_commit_blocks) {
-                (false, _) => format!("no journal ({})", jext::NO_JOURNAL_NOTE),
+                (false, _) => jext::NO_JOURNAL_NOTE.to_string(),
                 (true, 0) => format!("journal {} blocks", r.journal_blocks),
                 (true, fc) => format!(
                     "journal {} blocks + {fc} fast-commit blocks",
