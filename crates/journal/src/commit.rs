@@ -54,7 +54,7 @@ use crate::journal::{CommittingTransaction, Shared, State};
 use crate::log::LogPlan;
 use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::JournalError;
-use jext_io::{Fence, IoFlags, WriteRequest};
+use jext_io::{Fence, IoFlags, IoTicket, WriteRequest};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
 use std::time::Duration;
@@ -395,17 +395,23 @@ fn dispatch(
         (ticket, dispatched)
     });
     let (ticket, dispatched) = ticket;
-    let entry = st
-        .committing
-        .iter_mut()
-        .find(|t| t.tid == tid)
-        .expect("only the flush thread removes committing transactions, once issued");
-    entry.log_ticket = Some(ticket);
-    entry.commit_issued = barrier_device || single_io;
+    hand_to_flush(st, tid, ticket, barrier_device || single_io);
     dispatched?;
     if barrier_device {
         shared.publish_dispatched(st, tid);
     }
     shared.flush_wake.notify_one();
     Ok(())
+}
+
+/// Gives the flush thread committing transaction `tid`'s `ticket`; `commit_issued`: its
+/// commit block (if it has one) went out with it.
+pub(crate) fn hand_to_flush(st: &mut State, tid: Tid, ticket: IoTicket, commit_issued: bool) {
+    let entry = st
+        .committing
+        .iter_mut()
+        .find(|t| t.tid == tid)
+        .expect("only the flush thread removes committing transactions, once issued");
+    entry.log_ticket = Some(ticket);
+    entry.commit_issued = commit_issued;
 }

@@ -57,14 +57,8 @@ pub(crate) fn dispatch(
     let ticket = MutexGuard::unlocked(st, || shared.io.submit(requests));
     let committing = st.committing.len() as u64;
     st.stats.max_committing = st.stats.max_committing.max(committing);
-    let entry = st
-        .committing
-        .iter_mut()
-        .find(|t| t.tid == tid)
-        .expect("only the flush thread removes committing transactions, once issued");
-    entry.log_ticket = Some(ticket);
     // Nothing more to write: the flush thread's round only waits and flushes.
-    entry.commit_issued = true;
+    crate::commit::hand_to_flush(st, tid, ticket, true);
     shared.flush_wake.notify_one();
     Ok(())
 }

@@ -415,24 +415,13 @@ impl Journal {
             }
             _ => None,
         };
-        let shared = Arc::new(Shared {
-            io,
-            block_size: area.block_size,
-            log: Some(Log { area, layout }),
-            config,
-            max_transaction_blocks,
-            barrier_device,
-            state: Mutex::new(state),
-            changed: Condvar::new(),
-            commit_wake: Condvar::new(),
-            flush_wake: Condvar::new(),
-            checkpoint_wake: Condvar::new(),
-            checkpoint_io: Mutex::new(()),
-            fast_commits,
-            rings,
-            committed_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
-            dispatched_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
-        });
+        let block_size = area.block_size;
+        let log = Some(Log { area, layout });
+        let mut shared = Shared::new(io, log, block_size, config, max_transaction_blocks, state);
+        shared.barrier_device = barrier_device;
+        shared.fast_commits = fast_commits;
+        shared.rings = rings;
+        let shared = Arc::new(shared);
         if let (Some(_), Some(start), false) = (
             &shared.rings,
             shared.layout().start(),
@@ -469,27 +458,10 @@ impl Journal {
         // `superblock_says_empty`: there is no log superblock to point anywhere, so
         // `empty_log` and `shutdown` have nothing to write.
         let state = State::new(next_tid, 0, true);
-        let shared = Arc::new(Shared {
-            io,
-            log: None,
-            block_size,
-            config,
-            max_transaction_blocks,
-            // Nothing is ordered behind anything (no commit block): the flush thread's
-            // one flush makes a commit durable, on any device.
-            barrier_device: false,
-            state: Mutex::new(state),
-            changed: Condvar::new(),
-            commit_wake: Condvar::new(),
-            flush_wake: Condvar::new(),
-            checkpoint_wake: Condvar::new(),
-            checkpoint_io: Mutex::new(()),
-            fast_commits: crate::fast_commit::FastCommitArea::new(0, 0),
-            rings: None,
-            committed_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
-            dispatched_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
-        });
-        Journal::run(shared)
+        // Not a barrier device even on one: nothing is ordered behind anything (there is no
+        // commit block), and the flush thread's one flush makes a commit durable.
+        let shared = Shared::new(io, None, block_size, config, max_transaction_blocks, state);
+        Journal::run(Arc::new(shared))
     }
 
     /// Starts the commit, flush and checkpoint threads of a journal.
@@ -877,6 +849,37 @@ fn request_commit(shared: &Shared, st: &mut State, tid: Tid, durable: bool) {
 }
 
 impl Shared {
+    /// The shared part of a journal that has committed nothing since load (`state`), on
+    /// a device without a barrier write and with no fast-commit area until said otherwise.
+    fn new(
+        io: Arc<IoQueue>,
+        log: Option<Log>,
+        block_size: u32,
+        config: JournalConfig,
+        max_transaction_blocks: u32,
+        state: State,
+    ) -> Shared {
+        let committed = state.committed;
+        Shared {
+            io,
+            log,
+            block_size,
+            config,
+            max_transaction_blocks,
+            barrier_device: false,
+            state: Mutex::new(state),
+            changed: Condvar::new(),
+            commit_wake: Condvar::new(),
+            flush_wake: Condvar::new(),
+            checkpoint_wake: Condvar::new(),
+            checkpoint_io: Mutex::new(()),
+            fast_commits: crate::fast_commit::FastCommitArea::new(0, 0),
+            rings: None,
+            committed_tid: AtomicU32::new(committed),
+            dispatched_tid: AtomicU32::new(committed),
+        }
+    }
+
     /// Waits until `tid` is durable (`durable`) or dispatched in order, asking for its
     /// commit.
     pub(crate) fn wait_for(&self, tid: Tid, durable: bool) -> Result<(), JournalError> {

@@ -351,14 +351,16 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
     out
 }
 
+/// One case of the SQLite matrix and every system's figures in it.
+type SqliteRows<'a> = (super::experiments::SqliteCase, &'a Vec<Aggregate<'a>>);
+
 /// The SQLite matrix (JoJ §3.3): a table per journal mode and transaction size, with each
 /// phase's µs per transaction against jext without a journal (the paper's reference, "no
 /// file system journaling") and KiB written and flushes per transaction; then every
 /// system against that reference over all cases (the paper's target: within 6%), and
 /// each failing system once.
 fn sqlite_tables(out: &mut String, grid: &[(Variant, Vec<Aggregate>)]) {
-    use super::experiments::SqliteCase;
-    let cases: Vec<(SqliteCase, &Vec<Aggregate>)> = grid
+    let cases: Vec<SqliteRows> = grid
         .iter()
         .filter_map(|(v, rows)| match v {
             Variant::Sqlite(case) => Some((*case, rows)),
@@ -383,7 +385,7 @@ fn sqlite_tables(out: &mut String, grid: &[(Variant, Vec<Aggregate>)]) {
         reference_system.name(),
         reference_system.name()
     );
-    let mut groups: Vec<(String, Vec<(SqliteCase, &Vec<Aggregate>)>)> = Vec::new();
+    let mut groups: Vec<(String, Vec<SqliteRows>)> = Vec::new();
     for (case, rows) in &cases {
         let title = format!(
             "{}, {}-row transactions",
@@ -1070,8 +1072,7 @@ mod tests {
         assert!(row.contains("| 8.0 / 2.00 |"), "{row}");
         let summary = text
             .lines()
-            .filter(|l| l.starts_with("| jext per-file (FUSE) | 3 |"))
-            .last()
+            .rfind(|l| l.starts_with("| jext per-file (FUSE) | 3 |"))
             .unwrap_or_else(|| panic!("{text}"));
         assert!(
             summary.contains("| 1.20× (DELETE update, 1-row txns) | 2 |"),
