@@ -260,6 +260,9 @@ pub fn journal_superblock(
 fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
     let io = IoQueue::new(device);
     let sb = read_superblock(&io)?;
+    if !sb.has_compat(features::COMPAT_HAS_JOURNAL) {
+        return Ok(format!("journal: none; {}\n", crate::NO_JOURNAL_NOTE));
+    }
     let area = journal_area(&io, &sb)?;
     let scan = jext_journal::scan(&io, &area)?;
     let jsb = &scan.superblock;

@@ -52,9 +52,10 @@ pub(crate) fn journals_data(options: &MountOptions, raw: &Inode) -> bool {
 }
 
 impl FsInner {
-    /// See [`journals_data`].
+    /// See [`journals_data`]; never without a journal, whose `j` flags are kept but
+    /// ignored (ext4's `ext4_should_journal_data`).
     pub(crate) fn journals_data(&self, raw: &Inode) -> bool {
-        journals_data(&self.options, raw)
+        self.journal.has_log() && journals_data(&self.options, raw)
     }
 }
 

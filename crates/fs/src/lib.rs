@@ -54,7 +54,7 @@ pub use fsck::{fsck, FsckReport};
 pub use jext_journal::CommitMode;
 pub use journal_mode::FileJournalMode;
 pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
-pub use mount::MountReport;
+pub use mount::{MountReport, NO_JOURNAL_NOTE};
 pub use options::{AtimeUpdates, DataMode, ErrorBehavior, IJournal, MountOptions};
 pub use types::{
     DirEntry, FallocateMode, FileKind, Ino, PrivilegeDrop, RenameFlags, SetAttr, Stat, StatFs,

@@ -7,7 +7,9 @@
 //! blocks (the resize inode) for growth to 1024 times the size; a journal sized by the
 //! e2fsprogs table, in the middle of the disk; features has_journal ext_attr
 //! resize_inode dir_index filetype extent 64bit flex_bg sparse_super large_file
-//! huge_file dir_nlink extra_isize metadata_csum fast_commit (unless asked not to).
+//! huge_file dir_nlink extra_isize metadata_csum fast_commit (unless asked not to). Without
+//! a journal (`-O ^has_journal`), neither has_journal nor fast_commit, and inode 8 stays
+//! an empty record, as mke2fs leaves it.
 //!
 //! Inode tables are initialized lazily, as mkfs.ext4 does: only group 0's first inodes are
 //! written, and `itable_unused` tells every reader which records to trust. Everything is
@@ -52,10 +54,14 @@ pub struct MkfsOptions {
     pub block_size: Option<u32>,
     /// Bytes of space per inode; default by size as mkfs.ext4.
     pub inode_ratio: Option<u32>,
+    /// Make a journal (on by default); `false` is `mkfs.ext4 -O ^has_journal`: no journal
+    /// inode and no has_journal feature (nor fast_commit, which needs a journal).
+    pub journal: bool,
     /// Journal size in blocks; default by size as mkfs.ext4.
     pub journal_blocks: Option<u32>,
     /// Reserve a fast-commit area and set the fast_commit feature (on by default: an
-    /// eligible fsync then writes a fast commit instead of a full one).
+    /// eligible fsync then writes a fast commit instead of a full one). Ignored without a
+    /// journal.
     pub fast_commit: bool,
     pub label: String,
     /// The device reads as zeros already (a freshly created sparse image file), so the
@@ -70,6 +76,7 @@ impl Default for MkfsOptions {
         MkfsOptions {
             block_size: None,
             inode_ratio: None,
+            journal: true,
             journal_blocks: None,
             fast_commit: true,
             label: String::new(),
@@ -301,6 +308,7 @@ fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<(Plan, Space)> {
     ipg = ipg.div_ceil(ipb.max(8)) * ipb.max(8);
     ipg = ipg.min(bpg);
     let journal_blocks = match opts.journal_blocks {
+        _ if !opts.journal => 0,
         Some(n) => n,
         None => default_journal_blocks(blocks).ok_or_else(|| {
             FsError::Invalid(format!(
@@ -308,7 +316,7 @@ fn plan(size_bytes: u64, opts: &MkfsOptions) -> FsResult<(Plan, Space)> {
             ))
         })?,
     };
-    let fc_blocks = if opts.fast_commit {
+    let fc_blocks = if opts.journal && opts.fast_commit {
         journal_blocks / 64
     } else {
         0
@@ -398,14 +406,6 @@ pub fn mkfs(device: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> FsResult<MkfsRe
         blocks: BTreeMap::new(),
     };
 
-    // Journal: one contiguous run starting in the middle group.
-    let total_journal = p.journal_blocks + p.fc_blocks;
-    let middle = geo.group_first_block(geo.group_count / 2);
-    let journal_start = space.take(middle, u64::from(total_journal), "the journal")?;
-    let mut jsb = JournalSuperblock::new(geo.block_size, total_journal, uuid);
-    jsb.set_num_fc_blocks_field(p.fc_blocks);
-    image.block(journal_start)[..1024].copy_from_slice(&jsb.encode());
-
     let mut inodes: BTreeMap<u32, Inode> = BTreeMap::new();
     let new_inode = |mode: u16, links: u16| {
         let mut i = Inode::new(INODE_SIZE as usize, 32);
@@ -421,49 +421,62 @@ pub fn mkfs(device: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> FsResult<MkfsRe
         }
         i
     };
-    let mut journal_inode = new_inode(0o100600, 1);
-    journal_inode.set_flags(flags::EXTENTS);
-    extent_tree::init_root(journal_inode.i_block_mut());
-    journal_inode.set_size(u64::from(total_journal) * bs as u64);
-    let mut root = [0u8; 60];
-    root.copy_from_slice(journal_inode.i_block());
-    let owner = TreeOwner {
-        ino: JOURNAL_INO,
-        inode_seed: Some(inode_seed(seed, JOURNAL_INO, 0)),
-        goal: journal_start,
-    };
-    let mut meta_blocks = 0i64;
-    {
-        let mut meta = ImageMeta {
-            image: &mut image,
-            space: &mut space,
+    // Journal: one contiguous run starting in the middle group.
+    let total_journal = p.journal_blocks + p.fc_blocks;
+    let journal_start = if opts.journal {
+        let middle = geo.group_first_block(geo.group_count / 2);
+        let journal_start = space.take(middle, u64::from(total_journal), "the journal")?;
+        let mut jsb = JournalSuperblock::new(geo.block_size, total_journal, uuid);
+        jsb.set_num_fc_blocks_field(p.fc_blocks);
+        image.block(journal_start)[..1024].copy_from_slice(&jsb.encode());
+
+        let mut journal_inode = new_inode(0o100600, 1);
+        journal_inode.set_flags(flags::EXTENTS);
+        extent_tree::init_root(journal_inode.i_block_mut());
+        journal_inode.set_size(u64::from(total_journal) * bs as u64);
+        let mut root = [0u8; 60];
+        root.copy_from_slice(journal_inode.i_block());
+        let owner = TreeOwner {
+            ino: JOURNAL_INO,
+            inode_seed: Some(inode_seed(seed, JOURNAL_INO, 0)),
+            goal: journal_start,
         };
-        let mut logical = 0u32;
-        while logical < total_journal {
-            let len = (total_journal - logical).min(32_768);
-            let e = Extent {
-                logical,
-                len,
-                start: journal_start + u64::from(logical),
-                unwritten: false,
+        let mut meta_blocks = 0i64;
+        {
+            let mut meta = ImageMeta {
+                image: &mut image,
+                space: &mut space,
             };
-            meta_blocks += extent_tree::insert(&mut meta, &mut root, &owner, e)?;
-            logical += len;
+            let mut logical = 0u32;
+            while logical < total_journal {
+                let len = (total_journal - logical).min(32_768);
+                let e = Extent {
+                    logical,
+                    len,
+                    start: journal_start + u64::from(logical),
+                    unwritten: false,
+                };
+                meta_blocks += extent_tree::insert(&mut meta, &mut root, &owner, e)?;
+                logical += len;
+            }
         }
-    }
-    journal_inode.i_block_mut().copy_from_slice(&root);
-    journal_inode.set_blocks_512(
-        (u64::from(total_journal) + meta_blocks as u64) * (bs as u64 / 512),
-        geo.block_size,
-    );
-    let mut jnl_backup = [0u32; 17];
-    for (i, word) in jnl_backup.iter_mut().take(15).enumerate() {
-        *word = u32::from_le_bytes(root[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
-    }
-    jnl_backup[15] = (journal_inode.size() >> 32) as u32;
-    jnl_backup[16] = journal_inode.size() as u32;
-    sb.set_jnl_blocks(jnl_backup);
-    inodes.insert(JOURNAL_INO, journal_inode);
+        journal_inode.i_block_mut().copy_from_slice(&root);
+        journal_inode.set_blocks_512(
+            (u64::from(total_journal) + meta_blocks as u64) * (bs as u64 / 512),
+            geo.block_size,
+        );
+        let mut jnl_backup = [0u32; 17];
+        for (i, word) in jnl_backup.iter_mut().take(15).enumerate() {
+            *word = u32::from_le_bytes(root[i * 4..i * 4 + 4].try_into().expect("4 bytes"));
+        }
+        jnl_backup[15] = (journal_inode.size() >> 32) as u32;
+        jnl_backup[16] = journal_inode.size() as u32;
+        sb.set_jnl_blocks(jnl_backup);
+        inodes.insert(JOURNAL_INO, journal_inode);
+        Some(journal_start)
+    } else {
+        None
+    };
 
     // Root and lost+found, near the start.
     let after_tables = p.inode_tables[0] + u64::from(geo.inode_table_blocks());
@@ -537,8 +550,8 @@ pub fn mkfs(device: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> FsResult<MkfsRe
 
     write_superblocks_and_gdt(&p, &sb, &descs, &mut image);
     let io = IoQueue::new(device);
-    if !opts.assume_zeroed {
-        zero_journal(&io, &geo, journal_start, total_journal)?;
+    if let (Some(start), false) = (journal_start, opts.assume_zeroed) {
+        zero_journal(&io, &geo, start, total_journal)?;
     }
     let requests = image
         .blocks
@@ -561,11 +574,14 @@ pub fn mkfs(device: Arc<dyn BlockDevice>, opts: &MkfsOptions) -> FsResult<MkfsRe
 fn superblock(p: &Plan, opts: &MkfsOptions, uuid: [u8; 16]) -> FsResult<Superblock> {
     let geo = &p.geo;
     let mut sb = Superblock::zeroed();
-    let mut compat = f::COMPAT_HAS_JOURNAL | f::COMPAT_EXT_ATTR | f::COMPAT_DIR_INDEX;
+    let mut compat = f::COMPAT_EXT_ATTR | f::COMPAT_DIR_INDEX;
+    if opts.journal {
+        compat |= f::COMPAT_HAS_JOURNAL;
+    }
     if p.reserved_gdt > 0 {
         compat |= f::COMPAT_RESIZE_INODE;
     }
-    if opts.fast_commit {
+    if opts.journal && opts.fast_commit {
         compat |= f::COMPAT_FAST_COMMIT;
     }
     sb.set_feature_compat(compat);
@@ -611,13 +627,15 @@ fn superblock(p: &Plan, opts: &MkfsOptions, uuid: [u8; 16]) -> FsResult<Superblo
     }
     sb.set_volume_name(opts.label.as_bytes());
     sb.set_reserved_gdt_blocks(p.reserved_gdt as u16);
-    sb.set_journal_inum(JOURNAL_INO);
+    if opts.journal {
+        sb.set_journal_inum(JOURNAL_INO);
+        sb.set_jnl_backup_type(1);
+    }
     let seed_bytes = random_bytes::<16>();
     sb.set_hash_seed(std::array::from_fn(|i| {
         u32::from_le_bytes(seed_bytes[i * 4..i * 4 + 4].try_into().expect("4 bytes"))
     }));
     sb.set_def_hash_version(crate::format::hash::HASH_HALF_MD4);
-    sb.set_jnl_backup_type(1);
     sb.set_desc_size_raw(64);
     sb.set_default_mount_opts(0x000C);
     sb.set_min_extra_isize(32);

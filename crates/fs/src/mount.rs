@@ -5,6 +5,17 @@
 //! in use (`needs_recovery`), load the journal, then finish every orphan. Unmount: write
 //! back everything, commit, checkpoint, empty the journal, and write a superblock that
 //! says clean, with exact free counts.
+//!
+//! A file system without a journal (`mkfs.ext4 -O ^has_journal`, `jext mkfs
+//! --no-journal`) mounts as ext4 mounts it: the journal layer runs without a log
+//! ([`Journal::without_log`]), so `Tx`, handles and fsync's wait on a tid are the same,
+//! but a commit writes its blocks home and flushes. There is nothing to recover, no fast
+//! commit, single-I/O commit or byte record (no log for them), and no data journaling:
+//! `data=journal` is refused and the `j` flag is kept but ignored, as ext4's
+//! `ext4_should_journal_data` ignores it without a journal. No `needs_recovery` flag is
+//! set; the state is "not clean" while mounted, and an image found not clean at mount (a
+//! crash) stays so at unmount, as ext4 keeps the state it found, until e2fsck checks it.
+//! Nothing is promised after a crash beyond what the device kept.
 
 use crate::alloc::{Allocator, Totals};
 use crate::error::{FsError, FsResult};
@@ -22,7 +33,7 @@ use crate::inode_table::InodeTable;
 use crate::lock_order::{Leaf, Rank};
 use crate::meta::MetaRead;
 use crate::op::{Op, Reach};
-use crate::options::{IJournal, MountOptions};
+use crate::options::{DataMode, IJournal, MountOptions};
 use crate::state::FsInner;
 use jext_cache::{BufferCache, PageCache};
 use jext_io::{IoFlags, IoQueue};
@@ -89,18 +100,13 @@ pub(crate) fn check_features(sb: &Superblock, read_only: bool) -> FsResult<()> {
             }
         ))
     })?;
-    if !sb.has_compat(features::COMPAT_HAS_JOURNAL) {
-        return Err(FsError::Unsupported(
-            "file systems without a journal (jext journals every change)".into(),
-        ));
-    }
     if sb.has_compat(features::COMPAT_SPARSE_SUPER2) && !read_only {
         return Err(FsError::Unsupported(
             "sparse_super2 (backup superblocks placed by s_backup_bgs); mount read-only (-o ro)"
                 .into(),
         ));
     }
-    if sb.journal_dev() != 0 {
+    if sb.has_compat(features::COMPAT_HAS_JOURNAL) && sb.journal_dev() != 0 {
         return Err(FsError::Unsupported("an external journal device".into()));
     }
     Ok(())
@@ -214,7 +220,19 @@ pub struct MountReport {
     pub fast_commit_replay: Option<crate::fast_commit::replay::ReplayReport>,
     /// Orphan inodes finished at mount.
     pub orphans_finished: usize,
+    /// `false`: the file system has no journal (made with `-O ^has_journal`). Metadata
+    /// is written in place by each commit and an fsync flushes, but a crash may leave it
+    /// inconsistent, for `e2fsck` to repair: no promise beyond what the device gives.
+    pub has_journal: bool,
+    /// A file system without a journal that was not cleanly unmounted: it may be
+    /// inconsistent; it stays marked so until `e2fsck` checks it.
+    pub unchecked: bool,
 }
+
+/// What `jext mount` and `jext recover` say of a file system without a journal.
+pub const NO_JOURNAL_NOTE: &str = "no journal (made with -O ^has_journal): metadata is \
+    written in place and fsync flushes, but a crash may leave the file system inconsistent \
+    until e2fsck repairs it; nothing is promised beyond what the device keeps";
 
 /// Mounts the file system on `io`.
 pub(crate) fn mount(
@@ -231,17 +249,33 @@ pub(crate) fn mount(
             geo.blocks_count, geo.block_size
         )));
     }
-    let area = journal_area(&io, &sb)?;
-    let recovery = recover(&io, std::slice::from_ref(&area))?;
+    let has_journal = sb.has_compat(features::COMPAT_HAS_JOURNAL);
+    if !has_journal && options.data_mode == DataMode::Journal {
+        return Err(FsError::Invalid(
+            "data=journal needs a journal, and this file system has none (made with \
+             -O ^has_journal); mount it with data=ordered or data=writeback"
+                .into(),
+        ));
+    }
+    let area = has_journal.then(|| journal_area(&io, &sb)).transpose()?;
+    let recovery = match &area {
+        Some(area) => recover(&io, std::slice::from_ref(area))?,
+        None => RecoveryReport {
+            was_clean: true,
+            ..RecoveryReport::default()
+        },
+    };
     let fast_commits_pending = !recovery.fast_commits.records.is_empty();
     // Fast commits are applied like the log, even by a read-only mount (as Linux does):
     // it starts writable, applies them, and then becomes read-only.
     let starts_read_only = options.read_only && !fast_commits_pending;
     // Replay may have rewritten the superblock.
     let mut sb = read_superblock(&io)?;
+    // Without a journal, a crash leaves what only e2fsck repairs: an image found not
+    // clean stays so at unmount, as ext4 restores the state it found (`s_mount_state`).
+    let unchecked = !has_journal && sb.state() & STATE_CLEAN == 0;
     if !options.read_only {
-        sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
-        sb.set_state(sb.state() & !STATE_CLEAN);
+        mark_in_use(&mut sb);
         sb.set_mnt_count(sb.mnt_count().wrapping_add(1));
         sb.set_mtime(now_seconds());
         write_superblock(&io, &sb)?;
@@ -272,7 +306,10 @@ pub(crate) fn mount(
         },
         ..JournalConfig::default()
     };
-    let journal = Arc::new(Journal::load(io.clone(), area, journal_config)?);
+    let journal = Arc::new(match area {
+        Some(area) => Journal::load(io.clone(), area, journal_config)?,
+        None => Journal::without_log(io.clone(), geo.block_size, journal_config)?,
+    });
     let cache = BufferCache::new(
         io.clone(),
         geo.block_size as usize,
@@ -295,6 +332,7 @@ pub(crate) fn mount(
         large_dir: sb.has_large_dir(),
         filetype: sb.has_incompat(features::INCOMPAT_FILETYPE),
         read_only: AtomicBool::new(starts_read_only),
+        unchecked,
         geo,
         io,
         cache,
@@ -335,6 +373,8 @@ pub(crate) fn mount(
             recovery,
             fast_commit_replay,
             orphans_finished,
+            has_journal,
+            unchecked,
         },
     ))
 }
@@ -458,8 +498,7 @@ pub(crate) fn remount(fs: &FsInner, read_only: bool) -> FsResult<()> {
         let mut guard = fs.sb.lock();
         let sb = &mut *guard;
         check_features(sb, false)?;
-        sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
-        sb.set_state(sb.state() & !STATE_CLEAN);
+        mark_in_use(sb);
         sb.set_mtime(now_seconds());
         sb.clone()
     };
@@ -493,6 +532,16 @@ fn write_back_everything(op: &mut Op) -> FsResult<Option<String>> {
     Ok(None)
 }
 
+/// Marks `sb` in use by a writable mount: not clean, and with a journal,
+/// `needs_recovery` (a file system without one has nothing to recover; e2fsck would call
+/// the flag an error).
+fn mark_in_use(sb: &mut Superblock) {
+    if sb.has_compat(features::COMPAT_HAS_JOURNAL) {
+        sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
+    }
+    sb.set_state(sb.state() & !STATE_CLEAN);
+}
+
 /// Writes the superblock that says clean, with exact free counts (the journal is empty).
 fn mark_clean(fs: &FsInner) -> FsResult<()> {
     let (free_blocks, free_inodes) = {
@@ -505,7 +554,9 @@ fn mark_clean(fs: &FsInner) -> FsResult<()> {
         sb.set_free_blocks_count(free_blocks);
         sb.set_free_inodes_count(free_inodes as u32);
         sb.set_feature_incompat(sb.feature_incompat() & !features::INCOMPAT_RECOVER);
-        sb.set_state(sb.state() | STATE_CLEAN);
+        if !fs.unchecked {
+            sb.set_state(sb.state() | STATE_CLEAN);
+        }
         sb.set_wtime(now_seconds());
         sb.clone()
     };

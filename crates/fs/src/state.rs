@@ -42,6 +42,9 @@ pub(crate) struct FsInner {
     pub filetype: bool,
     /// Changes are refused (`ro`, or a remount to `ro`); starts as `options.read_only`.
     pub read_only: AtomicBool,
+    /// A file system without a journal found not clean at mount: unmount leaves it not
+    /// clean, for e2fsck (`crate::mount`).
+    pub unchecked: bool,
     /// Held shared by every operation, exclusive by what needs the file system still.
     pub gate: RwLock<()>,
     /// Held by a rename between directories while it locks them.

@@ -24,5 +24,5 @@ pub use jext_fs::{
     fsck, mkfs, CommitMode, DataMode, DirEntry, ErrorBehavior, FallocateMode, FastCommitStats,
     File, FileJournalMode, FileKind, Fs, FsError, FsResult, FsckReport, IJournal, Ino, MkfsOptions,
     MkfsReport, MountOptions, MountReport, RenameFlags, SetAttr, Stat, StatFs, Timestamp,
-    XattrSetMode, ROOT_INO,
+    XattrSetMode, NO_JOURNAL_NOTE, ROOT_INO,
 };

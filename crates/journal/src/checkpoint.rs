@@ -96,7 +96,7 @@ pub(crate) fn checkpoint(shared: &Shared) -> Result<(), JournalError> {
         (writes, upto, tail, tail_tid)
     };
     writes.sort_unstable_by_key(|(block, _)| *block);
-    let block_size = u64::from(shared.area.block_size);
+    let block_size = u64::from(shared.block_size);
     let count = writes.len() as u64;
     let requests = writes
         .into_iter()
@@ -107,7 +107,7 @@ pub(crate) fn checkpoint(shared: &Shared) -> Result<(), JournalError> {
         if shared.config.barrier {
             shared.io.flush()?;
         }
-        let sb = shared.layout.superblock_block(new_tail, new_tail_tid);
+        let sb = shared.layout().superblock_block(new_tail, new_tail_tid);
         write_superblock(shared, sb)
     })();
     let mut st = shared.state.lock();
@@ -133,6 +133,8 @@ pub(crate) fn write_superblock(shared: &Shared, block: Arc<[u8]>) -> Result<(), 
     if shared.config.barrier {
         flags |= IoFlags::FUA;
     }
-    shared.io.write(shared.area.byte_offset(0), block, flags)?;
+    shared
+        .io
+        .write(shared.area().byte_offset(0), block, flags)?;
     Ok(())
 }

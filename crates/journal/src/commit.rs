@@ -39,6 +39,9 @@
 //! bench/results/2026-11-25-byte-records), so limiting them to journaled data would give
 //! that up.
 //!
+//! A journal without a log (`crate::home`) dispatches at stage 2 instead: the snapshot's
+//! blocks to their home locations, nothing else.
+//!
 //! Promises: transactions are dispatched in tid order, each into log blocks reserved for
 //! it alone; a transaction's commit block is never issued here before its logged blocks,
 //! and never here at all on a device that cannot keep a barrier, except in the same
@@ -51,7 +54,7 @@ use crate::journal::{CommittingTransaction, Shared, State};
 use crate::log::LogPlan;
 use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::JournalError;
-use jext_io::{Fence, IoFlags, WriteRequest};
+use jext_io::{Fence, IoFlags, IoTicket, WriteRequest};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,9 +139,12 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
         blocks.clone(),
         revokes.clone(),
     ));
-    match reserve_and_dispatch(shared, &mut st, tid, blocks, revokes, t.ordered_data) {
-        Ok(()) => {}
-        Err(err) => shared.abort(&mut st, err),
+    let dispatched = match shared.log {
+        Some(_) => reserve_and_dispatch(shared, &mut st, tid, blocks, revokes, t.ordered_data),
+        None => crate::home::dispatch(shared, &mut st, tid, blocks),
+    };
+    if let Err(err) = dispatched {
+        shared.abort(&mut st, err);
     }
     if st.commit_requested.is_some_and(|r| tid_geq(tid, r)) {
         st.commit_requested = None;
@@ -174,7 +180,7 @@ fn plan_log(
     tid: Tid,
     blocks: &[(u64, Arc<[u8]>)],
 ) -> LogPlan {
-    let layout = &shared.layout;
+    let layout = shared.layout();
     let mut plan = LogPlan::default();
     if !layout.records() {
         plan.full = blocks.to_vec();
@@ -209,7 +215,7 @@ fn announce_live_bits(
     tid: Tid,
     bits: u32,
 ) -> Result<(), JournalError> {
-    shared.layout.set_live_bits(bits);
+    shared.layout().set_live_bits(bits);
     if st.superblock_says_empty {
         return Ok(());
     }
@@ -221,7 +227,7 @@ fn announce_live_bits(
             let oldest = st.in_log.front().map_or(tid, |(t, _)| *t);
             (st.log.tail, oldest)
         };
-        let sb = shared.layout.superblock_block(tail, tail_tid);
+        let sb = shared.layout().superblock_block(tail, tail_tid);
         crate::checkpoint::write_superblock(shared, sb)
     })
 }
@@ -238,7 +244,7 @@ fn reserve_and_dispatch(
     ordered_data: bool,
 ) -> Result<(), JournalError> {
     debug_assert_eq!(st.committing.back().map(|t| t.tid), Some(tid));
-    let layout = &shared.layout;
+    let layout = shared.layout();
     let plan = plan_log(shared, st, tid, &blocks);
     let needed = layout.plan_blocks_needed(&plan, revokes.len());
     // Single I/O: the commit block joins the logged blocks in the same batch, which the
@@ -267,7 +273,7 @@ fn make_room(
     single_io: bool,
     records: bool,
 ) -> Result<(), JournalError> {
-    let layout = &shared.layout;
+    let layout = shared.layout();
     let capacity = layout.last - layout.first - 1;
     if needed > capacity {
         return Err(JournalError::TransactionTooLarge {
@@ -315,7 +321,7 @@ fn dispatch(
     revokes: &[u64],
     single_io: bool,
 ) -> Result<(), JournalError> {
-    let layout = &shared.layout;
+    let layout = shared.layout();
     let barrier_device = shared.barrier_device;
     let start = st.log.head;
     let mut requests = Vec::with_capacity(needed as usize + 1);
@@ -325,7 +331,7 @@ fn dispatch(
         debug_assert!(st.in_log.is_empty());
         let sb = layout.superblock_block(start, tid);
         requests.push(WriteRequest::new(
-            shared.area.byte_offset(0),
+            shared.area().byte_offset(0),
             sb,
             IoFlags::ORDERED,
         ));
@@ -335,7 +341,7 @@ fn dispatch(
     let mut position = start;
     for block in layout.build_log_blocks(tid, &plan, revokes) {
         requests.push(WriteRequest::new(
-            shared.area.byte_offset(position),
+            shared.area().byte_offset(position),
             block,
             IoFlags::ORDERED,
         ));
@@ -359,7 +365,7 @@ fn dispatch(
         // recovery may then take one of them that does not check for damage, not a tear.
         let commit = layout.commit_block(tid, std::time::SystemTime::now(), Some(st.committed));
         requests.push(WriteRequest::new(
-            shared.area.byte_offset(commit_position),
+            shared.area().byte_offset(commit_position),
             commit,
             IoFlags::ORDERED,
         ));
@@ -372,7 +378,7 @@ fn dispatch(
         last.fence = Fence::Caller;
         let commit = layout.commit_block(tid, std::time::SystemTime::now(), None);
         requests.push(WriteRequest::barrier(
-            shared.area.byte_offset(commit_position),
+            shared.area().byte_offset(commit_position),
             commit,
             IoFlags::empty(),
             Fence::Caller,
@@ -389,17 +395,23 @@ fn dispatch(
         (ticket, dispatched)
     });
     let (ticket, dispatched) = ticket;
-    let entry = st
-        .committing
-        .iter_mut()
-        .find(|t| t.tid == tid)
-        .expect("only the flush thread removes committing transactions, once issued");
-    entry.log_ticket = Some(ticket);
-    entry.commit_issued = barrier_device || single_io;
+    hand_to_flush(st, tid, ticket, barrier_device || single_io);
     dispatched?;
     if barrier_device {
         shared.publish_dispatched(st, tid);
     }
     shared.flush_wake.notify_one();
     Ok(())
+}
+
+/// Gives the flush thread committing transaction `tid`'s `ticket`; `commit_issued`: its
+/// commit block (if it has one) went out with it.
+pub(crate) fn hand_to_flush(st: &mut State, tid: Tid, ticket: IoTicket, commit_issued: bool) {
+    let entry = st
+        .committing
+        .iter_mut()
+        .find(|t| t.tid == tid)
+        .expect("only the flush thread removes committing transactions, once issued");
+    entry.log_ticket = Some(ticket);
+    entry.commit_issued = commit_issued;
 }

@@ -176,7 +176,7 @@ fn write_group(shared: &Shared, group: &Group) -> Result<Written, JournalError> 
     }
     let first_of_tid = area_tid != Some(group.tid);
     let start = if first_of_tid { 0 } else { next_block };
-    let block_size = shared.area.block_size as usize;
+    let block_size = shared.block_size as usize;
     let mut writer = FastCommitWriter::new(block_size, group.tid, first_of_tid);
     for record in &group.records {
         writer.push(record);
@@ -250,7 +250,7 @@ pub(crate) fn write_durably(
         .into_iter()
         .enumerate()
         .map(|(i, block)| {
-            let offset = shared.area.byte_offset(first + i as u32);
+            let offset = shared.area().byte_offset(first + i as u32);
             WriteRequest::new(offset, Arc::<[u8]>::from(block), flags)
         })
         .collect();

@@ -18,6 +18,9 @@
 //!   transferred before it, so their round needs no flush before its commit blocks:
 //!   under a stream of fsyncs, consecutive rounds share flushes and a round costs one.
 //!
+//! - without a log (`crate::home`), the blocks went home as the commit: the round waits
+//!   until they transferred and flushes once; an ordering asked for is a durable round.
+//!
 //! A round runs when someone needs durability (fsync, the timer's commits, the
 //! checkpoint, shutdown), or, on a device without a barrier write, an ordering (fbarrier).
 //!
@@ -38,7 +41,8 @@ struct Item {
     tid: Tid,
     ticket: IoTicket,
     commit_issued: bool,
-    commit_position: u32,
+    /// Where its commit block goes (`None` without a log: there is none).
+    commit_position: Option<u32>,
     log_durable: bool,
     has_revokes: bool,
 }
@@ -79,7 +83,12 @@ fn wait_for_work(shared: &Shared, st: &mut MutexGuard<'_, State>) -> Option<bool
         if let Some(&(first, _)) = issued.first() {
             // Single-I/O commit blocks are already out with their transactions: only a
             // flush can order what follows them, so an ordering asked for costs one.
-            let ordering_is_durability = shared.layout.single_io() && !shared.barrier_device;
+            // Without a log likewise: its blocks went home as the commit, and nothing but a
+            // flush orders what follows them.
+            let ordering_is_durability = shared
+                .log
+                .as_ref()
+                .is_none_or(|log| log.layout.single_io() && !shared.barrier_device);
             let durable = st.helpers_stop
                 || st.durable_requested.is_some_and(|r| tid_geq(r, first))
                 || (ordering_is_durability
@@ -109,9 +118,7 @@ fn take_items(st: &mut State) -> Vec<Item> {
             tid: t.tid,
             ticket,
             commit_issued: t.commit_issued,
-            commit_position: t
-                .commit_position
-                .expect("an issued transaction has its log blocks"),
+            commit_position: t.commit_position,
             log_durable: t.log_durable,
             has_revokes: !t.revokes.is_empty(),
         });
@@ -190,9 +197,12 @@ fn write_commit_blocks(
             flags |= IoFlags::FUA;
         }
         let commit = shared
-            .layout
+            .layout()
             .commit_block(item.tid, std::time::SystemTime::now(), None);
-        let offset = shared.area.byte_offset(item.commit_position);
+        let position = item
+            .commit_position
+            .expect("a commit block to write has its place in the log");
+        let offset = shared.area().byte_offset(position);
         item.ticket = shared
             .io
             .issue(vec![WriteRequest::new(offset, commit, flags)]);
@@ -267,12 +277,17 @@ fn complete<'a>(
             st.checkpoint.blocks.remove(block);
         }
         st.stats.commits += 1;
-        st.stats.blocks_logged += t.blocks.len() as u64;
+        match shared.log {
+            Some(_) => st.stats.blocks_logged += t.blocks.len() as u64,
+            None => st.stats.blocks_written_home += t.blocks.len() as u64,
+        }
         st.stats.blocks_as_records += t.records;
-        st.stats.log_bytes += u64::from(t.log_blocks) * u64::from(shared.area.block_size);
+        st.stats.log_bytes += u64::from(t.log_blocks) * u64::from(shared.block_size);
         st.stats.revokes_logged += t.revokes.len() as u64;
-        for (block, data) in t.blocks {
-            st.checkpoint.blocks.insert(block, (t.tid, data));
+        if shared.log.is_some() {
+            for (block, data) in t.blocks {
+                st.checkpoint.blocks.insert(block, (t.tid, data));
+            }
         }
     }
     st.stats.durability_rounds += 1;

@@ -41,6 +41,10 @@
 //! never reuse log blocks before the superblock that frees them is durable.
 //! The commit thread is woken only when a commit is asked for or due, or a lock-down
 //! waits for the last handle: never by every handle that stops.
+//!
+//! [`Journal::without_log`] runs the same machinery for a file system without a journal:
+//! a commit writes its blocks home instead of to a log (`crate::home`), so there is
+//! nothing to checkpoint or recover, and the promises about the log do not apply.
 
 use crate::fast_commit::FastCommitOutcome;
 use crate::format::fast_commit::FcRecord;
@@ -135,6 +139,9 @@ pub struct JournalStats {
     pub fast_commits: u64,
     /// Blocks those fast commits took in the fast-commit area.
     pub fast_commit_blocks: u64,
+    /// Blocks commits wrote to their home locations, with no log
+    /// ([`Journal::without_log`]).
+    pub blocks_written_home: u64,
 }
 
 /// The journal of one mounted file system.
@@ -150,10 +157,18 @@ struct Threads {
     checkpoint: Option<JoinHandle<()>>,
 }
 
-pub(crate) struct Shared {
-    pub(crate) io: Arc<IoQueue>,
+/// The on-disk log a journal commits to: where it is, and how transactions are laid out.
+pub(crate) struct Log {
     pub(crate) area: JournalArea,
     pub(crate) layout: LogLayout,
+}
+
+pub(crate) struct Shared {
+    pub(crate) io: Arc<IoQueue>,
+    /// `None`: a file system without a journal; commits write home (`crate::home`).
+    pub(crate) log: Option<Log>,
+    /// The file system's block size (the log's too, where there is one).
+    pub(crate) block_size: u32,
     pub(crate) config: JournalConfig,
     pub(crate) max_transaction_blocks: u32,
     /// Commit blocks go out as barrier writes with the logged blocks (the device keeps
@@ -221,6 +236,35 @@ pub(crate) struct State {
     /// Someone waits for a checkpoint.
     pub(crate) checkpoint_requested: bool,
     pub(crate) stats: JournalStats,
+}
+
+impl State {
+    /// The state of a journal that has committed nothing since load: `next_tid` comes
+    /// next, the log is empty at `start`.
+    fn new(next_tid: Tid, start: u32, superblock_says_empty: bool) -> State {
+        State {
+            running: None,
+            next_tid,
+            dispatched: next_tid.wrapping_sub(1),
+            committed: next_tid.wrapping_sub(1),
+            committing: VecDeque::new(),
+            in_log: VecDeque::new(),
+            commit_requested: None,
+            durable_requested: None,
+            dispatch_requested: None,
+            log: LogPosition {
+                head: start,
+                tail: start,
+            },
+            checkpoint: CheckpointList::default(),
+            superblock_says_empty,
+            aborted: None,
+            shutting_down: false,
+            helpers_stop: false,
+            checkpoint_requested: false,
+            stats: JournalStats::default(),
+        }
+    }
 }
 
 /// Where the live part of the circular log is: `[tail, head)`.
@@ -354,28 +398,7 @@ impl Journal {
             .unwrap_or(log_len / 4)
             .clamp(8, log_len / 2);
         let next_tid = layout.sequence();
-        let state = State {
-            running: None,
-            next_tid,
-            dispatched: next_tid.wrapping_sub(1),
-            committed: next_tid.wrapping_sub(1),
-            committing: VecDeque::new(),
-            in_log: VecDeque::new(),
-            commit_requested: None,
-            durable_requested: None,
-            dispatch_requested: None,
-            log: LogPosition {
-                head: start,
-                tail: start,
-            },
-            checkpoint: CheckpointList::default(),
-            superblock_says_empty: layout.start().is_none(),
-            aborted: None,
-            shutting_down: false,
-            helpers_stop: false,
-            checkpoint_requested: false,
-            stats: JournalStats::default(),
-        };
+        let state = State::new(next_tid, start, layout.start().is_none());
         let barrier_device = io.barrier_mode();
         let fast_commits = match layout.fast_commit_area() {
             Some((first, len)) => crate::fast_commit::FastCommitArea::new(first, len),
@@ -392,37 +415,57 @@ impl Journal {
             }
             _ => None,
         };
-        let shared = Arc::new(Shared {
-            io,
-            area,
-            layout,
-            config,
-            max_transaction_blocks,
-            barrier_device,
-            state: Mutex::new(state),
-            changed: Condvar::new(),
-            commit_wake: Condvar::new(),
-            flush_wake: Condvar::new(),
-            checkpoint_wake: Condvar::new(),
-            checkpoint_io: Mutex::new(()),
-            fast_commits,
-            rings,
-            committed_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
-            dispatched_tid: AtomicU32::new(next_tid.wrapping_sub(1)),
-        });
+        let block_size = area.block_size;
+        let log = Some(Log { area, layout });
+        let mut shared = Shared::new(io, log, block_size, config, max_transaction_blocks, state);
+        shared.barrier_device = barrier_device;
+        shared.fast_commits = fast_commits;
+        shared.rings = rings;
+        let shared = Arc::new(shared);
         if let (Some(_), Some(start), false) = (
             &shared.rings,
-            shared.layout.start(),
+            shared.layout().start(),
             shared.config.read_only,
         ) {
             // Recovery left a log pending (fast commits to apply): its superblock must
             // carry the private bit before the first i-transaction, as every later one
             // saying the log is not empty will.
             let sb = shared
-                .layout
-                .superblock_block(start, shared.layout.sequence());
+                .layout()
+                .superblock_block(start, shared.layout().sequence());
             crate::checkpoint::write_superblock(&shared, sb)?;
         }
+        Journal::run(shared)
+    }
+
+    /// Starts a journal without a log, for a file system made without one (ext4's
+    /// no-journal mode): handles, transactions and the waits work as with a log, but a
+    /// commit writes its blocks home and flushes (`crate::home`). Nothing is recovered
+    /// after a crash: what is durable is what the device kept. Of `config`, the commit
+    /// interval, the transaction size and `barrier` count; the log's features, commit and
+    /// record modes and fast-commit rings have nothing to apply to.
+    pub fn without_log(
+        io: Arc<IoQueue>,
+        block_size: u32,
+        config: JournalConfig,
+    ) -> Result<Journal, JournalError> {
+        let max_transaction_blocks = config
+            .max_transaction_blocks
+            .unwrap_or(crate::home::TRANSACTION_BLOCKS)
+            .max(8);
+        // Tids live only in memory: any start will do.
+        let next_tid: Tid = 1;
+        // `superblock_says_empty`: there is no log superblock to point anywhere, so
+        // `empty_log` and `shutdown` have nothing to write.
+        let state = State::new(next_tid, 0, true);
+        // Not a barrier device even on one: nothing is ordered behind anything (there is no
+        // commit block), and the flush thread's one flush makes a commit durable.
+        let shared = Shared::new(io, None, block_size, config, max_transaction_blocks, state);
+        Journal::run(Arc::new(shared))
+    }
+
+    /// Starts the commit, flush and checkpoint threads of a journal.
+    fn run(shared: Arc<Shared>) -> Result<Journal, JournalError> {
         let journal = Journal {
             shared: shared.clone(),
             threads: Mutex::new(Threads::default()),
@@ -438,6 +481,11 @@ impl Journal {
             )?);
         }
         Ok(journal)
+    }
+
+    /// Whether commits go to a log (`false`: [`Journal::without_log`]).
+    pub fn has_log(&self) -> bool {
+        self.shared.log.is_some()
     }
 
     /// Opens a handle that may dirty up to `credits` buffers not yet in the transaction.
@@ -481,7 +529,7 @@ impl Journal {
                 shared.changed.wait(&mut st);
                 continue;
             }
-            let would_need = shared.layout.log_blocks_needed(
+            let would_need = shared.blocks_needed(
                 t.buffers.len() + (t.reserved_credits + credits) as usize,
                 t.revokes.len(),
             );
@@ -643,7 +691,7 @@ impl Journal {
     }
 
     pub fn block_size(&self) -> u32 {
-        self.shared.area.block_size
+        self.shared.block_size
     }
 
     pub fn max_transaction_blocks(&self) -> u32 {
@@ -695,12 +743,12 @@ impl Journal {
             drop(_io);
             return self.empty_log();
         }
-        let sb = self.shared.layout.superblock_block(0, st.next_tid);
+        let sb = self.shared.layout().superblock_block(0, st.next_tid);
         // Under the lock, so no commit can start between the write and the flag.
         crate::checkpoint::write_superblock(&self.shared, sb)?;
         st.superblock_says_empty = true;
-        st.log.head = self.shared.layout.first;
-        st.log.tail = self.shared.layout.first;
+        st.log.head = self.shared.layout().first;
+        st.log.tail = self.shared.layout().first;
         Ok(())
     }
 
@@ -719,7 +767,7 @@ impl Journal {
             // written.
             return Ok(());
         }
-        let sb = self.shared.layout.superblock_block(0, st.next_tid);
+        let sb = self.shared.layout().superblock_block(0, st.next_tid);
         drop(st);
         crate::checkpoint::write_superblock(&self.shared, sb)
     }
@@ -801,6 +849,37 @@ fn request_commit(shared: &Shared, st: &mut State, tid: Tid, durable: bool) {
 }
 
 impl Shared {
+    /// The shared part of a journal that has committed nothing since load (`state`), on
+    /// a device without a barrier write and with no fast-commit area until said otherwise.
+    fn new(
+        io: Arc<IoQueue>,
+        log: Option<Log>,
+        block_size: u32,
+        config: JournalConfig,
+        max_transaction_blocks: u32,
+        state: State,
+    ) -> Shared {
+        let committed = state.committed;
+        Shared {
+            io,
+            log,
+            block_size,
+            config,
+            max_transaction_blocks,
+            barrier_device: false,
+            state: Mutex::new(state),
+            changed: Condvar::new(),
+            commit_wake: Condvar::new(),
+            flush_wake: Condvar::new(),
+            checkpoint_wake: Condvar::new(),
+            checkpoint_io: Mutex::new(()),
+            fast_commits: crate::fast_commit::FastCommitArea::new(0, 0),
+            rings: None,
+            committed_tid: AtomicU32::new(committed),
+            dispatched_tid: AtomicU32::new(committed),
+        }
+    }
+
     /// Waits until `tid` is durable (`durable`) or dispatched in order, asking for its
     /// commit.
     pub(crate) fn wait_for(&self, tid: Tid, durable: bool) -> Result<(), JournalError> {
@@ -847,7 +926,7 @@ impl Shared {
         );
         debug_assert!(st.in_log.is_empty());
         let head = st.log.head;
-        let sb = self.layout.superblock_block(head, tid);
+        let sb = self.layout().superblock_block(head, tid);
         crate::checkpoint::write_superblock(self, sb)?;
         st.superblock_says_empty = false;
         st.log.tail = head;
@@ -860,9 +939,39 @@ impl Shared {
         st.stats.fast_commit_blocks += u64::from(blocks);
     }
 
-    /// Free log blocks, counting every block reserved by a committing transaction.
+    /// The log, which every path that writes to it may take as there: a journal without
+    /// one never starts them (no log superblock to point, no room to wait for, no
+    /// fast-commit area, commits written home by `crate::home`).
+    pub(crate) fn log(&self) -> &Log {
+        self.log
+            .as_ref()
+            .expect("only a journal with a log writes to it")
+    }
+
+    pub(crate) fn layout(&self) -> &LogLayout {
+        &self.log().layout
+    }
+
+    pub(crate) fn area(&self) -> &JournalArea {
+        &self.log().area
+    }
+
+    /// Free log blocks, counting every block reserved by a committing transaction;
+    /// without a log, never short.
     pub(crate) fn log_free(&self, st: &State) -> u32 {
-        self.layout.free_between(st.log.tail, st.log.head)
+        match &self.log {
+            Some(log) => log.layout.free_between(st.log.tail, st.log.head),
+            None => u32::MAX,
+        }
+    }
+
+    /// What a transaction of `buffers` blocks and `revokes` revokes takes: log blocks, or
+    /// without a log the blocks it writes home (revokes are not kept: nothing replays).
+    pub(crate) fn blocks_needed(&self, buffers: usize, revokes: usize) -> u32 {
+        match &self.log {
+            Some(log) => log.layout.log_blocks_needed(buffers, revokes),
+            None => buffers.try_into().unwrap_or(u32::MAX),
+        }
     }
 
     pub(crate) fn abort(&self, st: &mut State, err: JournalError) {
@@ -894,7 +1003,10 @@ impl Shared {
 
     /// Whether the log is used enough that the checkpoint should run in the background.
     pub(crate) fn log_wants_checkpoint(&self, st: &State) -> bool {
-        let len = self.layout.last - self.layout.first;
+        let Some(log) = &self.log else {
+            return false;
+        };
+        let len = log.layout.last - log.layout.first;
         self.log_free(st) < len / 2
     }
 }
@@ -970,11 +1082,13 @@ impl Handle {
         // The committing list includes a transaction still waiting for log room: it left
         // running (this handle's transaction started after that) and will log its blocks
         // before this transaction's revoke records.
-        let in_log = st.checkpoint.blocks.contains_key(&block)
-            || st
-                .committing
-                .iter()
-                .any(|t| t.block_index.contains_key(&block));
+        // Without a log nothing is replayed, so nothing needs revoking.
+        let in_log = self.shared.log.is_some()
+            && (st.checkpoint.blocks.contains_key(&block)
+                || st
+                    .committing
+                    .iter()
+                    .any(|t| t.block_index.contains_key(&block)));
         let t = st
             .running
             .as_mut()

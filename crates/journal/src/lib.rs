@@ -6,6 +6,8 @@
 //! - `fast_commit`: the fast-commit area's writer (an fsync's records, after the log).
 //! - [`percore`]: the same region as per-core rings of jext-private i-transactions.
 //! - [`recovery`]: scan, revoke and replay at mount, and the fast commits it finds.
+//! - `home`: the same pipeline without a log, for a file system made without a journal
+//!   (commits write home and flush; no crash promise beyond the device's).
 //! - [`area`]: where a journal lives on the device.
 
 pub mod area;
@@ -15,6 +17,7 @@ pub mod error;
 mod fast_commit;
 mod flush;
 pub mod format;
+mod home;
 pub mod jbuf;
 pub mod journal;
 mod log;

@@ -237,7 +237,7 @@ fn write_in_ring(
         first_sub_tid: plan.first_sub_tid,
         records: plan.records.to_vec(),
     };
-    let blocks = encode(&it, shared.area.block_size as usize);
+    let blocks = encode(&it, shared.block_size as usize);
     if start as usize + blocks.len() > ring_blocks as usize {
         return Ok(FastCommitOutcome::NoRoom);
     }

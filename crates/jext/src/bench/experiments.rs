@@ -507,15 +507,17 @@ fn untar_source(dir: &Path) -> io::Result<(PathBuf, u64)> {
     Ok((tarball, listing.lines().count() as u64))
 }
 
-/// SQLite's journal modes.
+/// SQLite's journal modes: the write-ahead log, and the three ways of ending a rollback
+/// journal (deleting it, truncating it, zeroing its header).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SqliteJournal {
     Wal,
     Delete,
+    Truncate,
     Persist,
 }
 
-/// What each transaction of a `sqlite` run does to one row.
+/// What each transaction of a `sqlite` run does to its rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SqlitePhase {
     Insert,
@@ -524,12 +526,26 @@ pub enum SqlitePhase {
 }
 
 impl SqliteJournal {
+    pub const ALL: [SqliteJournal; 4] = [
+        SqliteJournal::Wal,
+        SqliteJournal::Delete,
+        SqliteJournal::Truncate,
+        SqliteJournal::Persist,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             SqliteJournal::Wal => "WAL",
             SqliteJournal::Delete => "DELETE",
+            SqliteJournal::Truncate => "TRUNCATE",
             SqliteJournal::Persist => "PERSIST",
         }
+    }
+
+    /// A rollback journal (a file SQLite writes, syncs and then ends at every commit), as
+    /// opposed to the write-ahead log.
+    pub fn is_rollback(self) -> bool {
+        self != SqliteJournal::Wal
     }
 }
 
@@ -549,48 +565,72 @@ impl SqlitePhase {
     }
 }
 
-/// Every `sqlite` run, in order: each journal mode, each phase.
-pub const SQLITE_PLAN: [(SqliteJournal, SqlitePhase); 9] = {
-    use SqliteJournal as J;
-    use SqlitePhase as P;
-    [
-        (J::Wal, P::Insert),
-        (J::Wal, P::Update),
-        (J::Wal, P::Delete),
-        (J::Delete, P::Insert),
-        (J::Delete, P::Update),
-        (J::Delete, P::Delete),
-        (J::Persist, P::Insert),
-        (J::Persist, P::Update),
-        (J::Persist, P::Delete),
-    ]
-};
+/// One case of the JoJ paper's SQLite matrix (§3.3): a journal mode, a kind of
+/// transaction, and how many rows each transaction touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqliteCase {
+    pub journal: SqliteJournal,
+    pub phase: SqlitePhase,
+    pub rows_per_transaction: usize,
+}
 
-/// `sqlite` (JoJ Fig. 2/3, BarrierFS Fig. 15): `transactions` one-row transactions of one
-/// kind on `(k INTEGER PRIMARY KEY, v TEXT)` with 100-character values, synchronous=FULL,
-/// by one sqlite3 process. Rows an update or delete needs are inserted first, outside the
-/// clock. Measures transactions per second.
-pub fn sqlite(
-    sys: &Running,
-    journal: SqliteJournal,
-    phase: SqlitePhase,
-    transactions: usize,
-) -> io::Result<Measured> {
-    let db = mounted(sys)?.join("bench.db");
+impl SqliteCase {
+    /// Every case of `journals` × `transaction sizes` × `phases`, in that nesting (a
+    /// journal mode's cases together, each size's three phases in the paper's order).
+    pub fn plan(
+        journals: &[SqliteJournal],
+        rows_per_transaction: &[usize],
+        phases: &[SqlitePhase],
+    ) -> Vec<SqliteCase> {
+        let mut cases = Vec::new();
+        for &journal in journals {
+            for &rows in rows_per_transaction {
+                for &phase in phases {
+                    cases.push(SqliteCase {
+                        journal,
+                        phase,
+                        rows_per_transaction: rows,
+                    });
+                }
+            }
+        }
+        cases
+    }
+
+    /// "WAL insert, 1-row txns".
+    pub fn label(self) -> String {
+        format!(
+            "{} {}, {}-row txns",
+            self.journal.name(),
+            self.phase.name(),
+            self.rows_per_transaction
+        )
+    }
+}
+
+/// `sqlite` (JoJ §3.3 and Fig. 2/3, BarrierFS Fig. 15): on `(k INTEGER PRIMARY KEY, v
+/// TEXT)` with 100-character values, synchronous=FULL, by one sqlite3 process, `rows`
+/// rows are inserted in key order, updated in a random order, or deleted in a random order,
+/// `case.rows_per_transaction` to a transaction. The rows an update or a delete needs are
+/// inserted first, outside the clock, in one transaction. Measures transactions (the
+/// paper's response time per transaction) and the device requests they caused.
+pub fn sqlite(sys: &Running, case: SqliteCase, rows: usize) -> io::Result<Measured> {
+    let db = sys.sqlite_dir(case.journal.is_rollback())?.join("bench.db");
     let db = path_str(&db)?;
     let settings = format!(
         "PRAGMA journal_mode={}; PRAGMA synchronous=FULL;\n",
-        journal.name()
+        case.journal.name()
     );
     let mut setup = format!("{settings}CREATE TABLE t(k INTEGER PRIMARY KEY, v TEXT);\n");
-    if phase != SqlitePhase::Insert {
-        setup.push_str(&format!(
-            "BEGIN;\n{}COMMIT;\n",
-            sqlite_statements(SqlitePhase::Insert, transactions)
-        ));
+    if case.phase != SqlitePhase::Insert {
+        setup.push_str(&sqlite_statements(SqlitePhase::Insert, rows, rows));
     }
     sqlite_script(db, &setup)?;
-    let script = format!("{settings}{}", sqlite_statements(phase, transactions));
+    let script = format!(
+        "{settings}{}",
+        sqlite_statements(case.phase, rows, case.rows_per_transaction)
+    );
+    let transactions = rows.div_ceil(case.rows_per_transaction.max(1));
     let start = Instant::now();
     let (((), io), daemon) = served(sys, || {
         counted(sys, || sqlite_script(db, &script).map(drop))
@@ -603,15 +643,32 @@ pub fn sqlite(
     })
 }
 
-/// One statement per row: outside BEGIN/COMMIT each is its own transaction.
-pub fn sqlite_statements(phase: SqlitePhase, rows: usize) -> String {
-    (0..rows)
-        .map(|k| match phase {
-            SqlitePhase::Insert => format!("INSERT INTO t VALUES({k}, printf('%.100c', 'a'));\n"),
-            SqlitePhase::Update => {
-                format!("UPDATE t SET v = printf('%.100c', 'b') WHERE k = {k};\n")
+/// The statements of one phase over keys `0..rows`, `per_transaction` rows to a
+/// transaction: one statement alone is its own transaction; more go between BEGIN and
+/// COMMIT. Inserts go in key order; updates and deletes in a random order, the same in
+/// every run (a seeded shuffle), as the paper's.
+pub fn sqlite_statements(phase: SqlitePhase, rows: usize, per_transaction: usize) -> String {
+    let mut keys: Vec<usize> = (0..rows).collect();
+    if phase != SqlitePhase::Insert {
+        let mut x = xorshift_state(rows as u64);
+        for i in (1..keys.len()).rev() {
+            keys.swap(i, (xorshift(&mut x) % (i as u64 + 1)) as usize);
+        }
+    }
+    let statement = |k: usize| match phase {
+        SqlitePhase::Insert => format!("INSERT INTO t VALUES({k}, printf('%.100c', 'a'));\n"),
+        SqlitePhase::Update => format!("UPDATE t SET v = printf('%.100c', 'b') WHERE k = {k};\n"),
+        SqlitePhase::Delete => format!("DELETE FROM t WHERE k = {k};\n"),
+    };
+    let per_transaction = per_transaction.max(1);
+    keys.chunks(per_transaction)
+        .map(|chunk| {
+            let body: String = chunk.iter().map(|&k| statement(k)).collect();
+            if per_transaction == 1 {
+                body
+            } else {
+                format!("BEGIN;\n{body}COMMIT;\n")
             }
-            SqlitePhase::Delete => format!("DELETE FROM t WHERE k = {k};\n"),
         })
         .collect()
 }
@@ -888,23 +945,65 @@ mod tests {
     }
 
     #[test]
-    fn sqlite_runs_every_mode_and_phase_once_with_one_statement_per_row() {
-        for journal in [
-            SqliteJournal::Wal,
-            SqliteJournal::Delete,
-            SqliteJournal::Persist,
-        ] {
-            for phase in SqlitePhase::ALL {
-                let runs = SQLITE_PLAN.iter().filter(|p| **p == (journal, phase));
-                assert_eq!(runs.count(), 1, "{journal:?} {phase:?}");
-            }
+    fn the_sqlite_matrix_runs_every_case_once_in_the_papers_order() {
+        let cases = SqliteCase::plan(&SqliteJournal::ALL, &[1, 1000], &SqlitePhase::ALL);
+        assert_eq!(cases.len(), 24, "the paper's 24 cases per platform");
+        for (i, a) in cases.iter().enumerate() {
+            assert!(!cases[i + 1..].contains(a), "{a:?} twice");
         }
-        let script = sqlite_statements(SqlitePhase::Update, 3);
-        assert_eq!(script.lines().count(), 3);
-        assert!(script
+        assert_eq!(cases[0].label(), "WAL insert, 1-row txns");
+        assert_eq!(cases[5].label(), "WAL delete, 1000-row txns");
+        assert!(SqliteJournal::Truncate.is_rollback() && !SqliteJournal::Wal.is_rollback());
+    }
+
+    #[test]
+    fn sqlite_statements_touch_every_row_once_in_transactions_of_the_asked_size() {
+        let keys = |script: &str| -> Vec<usize> {
+            script
+                .lines()
+                .filter(|l| !matches!(*l, "BEGIN;" | "COMMIT;"))
+                .map(|l| {
+                    let (_, rest) = l
+                        .split_once("WHERE k = ")
+                        .or_else(|| l.split_once("VALUES("))
+                        .unwrap();
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    digits.parse().unwrap()
+                })
+                .collect()
+        };
+        let one = sqlite_statements(SqlitePhase::Update, 50, 1);
+        assert_eq!(one.lines().count(), 50, "one statement, one transaction");
+        assert!(!one.contains("BEGIN"));
+        assert!(one
             .lines()
             .all(|l| l.starts_with("UPDATE") && l.ends_with(';')));
-        assert!(sqlite_statements(SqlitePhase::Insert, 1).contains("'%.100c'"));
+        let mut shuffled = keys(&one);
+        assert_ne!(
+            shuffled,
+            (0..50).collect::<Vec<_>>(),
+            "updates go in a random order"
+        );
+        assert_eq!(
+            shuffled,
+            keys(&sqlite_statements(SqlitePhase::Update, 50, 1))
+        );
+        shuffled.sort_unstable();
+        assert_eq!(shuffled, (0..50).collect::<Vec<_>>());
+
+        let batched = sqlite_statements(SqlitePhase::Delete, 25, 10);
+        assert_eq!(batched.matches("BEGIN;").count(), 3);
+        assert_eq!(batched.matches("COMMIT;").count(), 3);
+        let mut deleted = keys(&batched);
+        deleted.sort_unstable();
+        assert_eq!(deleted, (0..25).collect::<Vec<_>>());
+        let inserts = sqlite_statements(SqlitePhase::Insert, 5, 1);
+        assert_eq!(
+            keys(&inserts),
+            vec![0, 1, 2, 3, 4],
+            "inserts go in key order"
+        );
+        assert!(inserts.contains("'%.100c'"));
     }
 
     #[test]

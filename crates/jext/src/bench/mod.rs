@@ -15,7 +15,7 @@ pub mod scale;
 pub mod stats;
 pub mod systems;
 
-use experiments::{After, Measured, OrderMode, Placement, SqlitePhase};
+use experiments::{After, Measured, OrderMode, Placement, SqliteCase, SqliteJournal, SqlitePhase};
 use jext::{CommitMode, DataMode};
 use jext_device::Preset;
 use jext_io::EngineKind;
@@ -44,8 +44,10 @@ pub enum Experiment {
     /// Unpacking a source tree with tar, then a sync of the file system (files/s); mounted
     /// systems only.
     Untar,
-    /// SQLite 1-row insert, update and delete transactions in WAL, DELETE and PERSIST
-    /// journal modes, synchronous=FULL (µs per transaction); mounted systems only.
+    /// The JoJ paper's SQLite matrix: inserts, updates and deletes in random order, in
+    /// one-row and many-row transactions, in WAL, DELETE, TRUNCATE and PERSIST journal
+    /// modes, synchronous=FULL (µs per transaction, bytes and flushes per transaction);
+    /// mounted systems only.
     Sqlite,
     /// filebench varmail's shape: delete, create+write+fsync, append+fsync, read, over many
     /// small files in a few threads (ops/s); mounted systems only.
@@ -101,11 +103,14 @@ impl Experiment {
             | Experiment::Memory
             | Experiment::Untar
             | Experiment::Varmail => vec![Variant::Only],
-            Experiment::Sqlite => experiments::SQLITE_PLAN
-                .iter()
-                .filter(|(_, phase)| opts.sqlite_phases.contains(phase))
-                .map(|&(mode, phase)| Variant::Sqlite(mode, phase))
-                .collect(),
+            Experiment::Sqlite => SqliteCase::plan(
+                &opts.sqlite_journals,
+                &opts.sqlite_rows_per_transaction,
+                &SqlitePhase::ALL,
+            )
+            .into_iter()
+            .map(Variant::Sqlite)
+            .collect(),
             Experiment::Dwsl => experiments::thread_plan(opts.dwsl_max_threads)
                 .into_iter()
                 .map(Variant::Threads)
@@ -147,7 +152,15 @@ impl Experiment {
         match self {
             Experiment::Memory => matches!(system, System::Jext { .. }),
             // Programs need a path: a kernel or FUSE mount.
-            Experiment::Untar | Experiment::Sqlite | Experiment::Varmail => matches!(
+            // The SQLite matrix's own mounts only where it runs.
+            Experiment::Sqlite => matches!(
+                system,
+                System::Ext4 { .. }
+                    | System::JextFuse { .. }
+                    | System::JextMount { .. }
+                    | System::Fuse2fs
+            ),
+            Experiment::Untar | Experiment::Varmail => matches!(
                 system,
                 System::Ext4 { .. } | System::JextFuse { .. } | System::Fuse2fs
             ),
@@ -184,8 +197,8 @@ pub enum Variant {
     Background(Option<u64>),
     /// `ordered-write`, `io-per-fsync`: 4 KiB writes placed so, each followed by that.
     Writes(Placement, After),
-    /// `sqlite`: this journal mode, this kind of transaction.
-    Sqlite(experiments::SqliteJournal, experiments::SqlitePhase),
+    /// `sqlite`: this journal mode, this kind and size of transaction.
+    Sqlite(SqliteCase),
     /// `io-order`: writes kept in order so.
     Order(OrderMode),
 }
@@ -214,7 +227,7 @@ impl Variant {
                 };
                 format!("{placement} + {after}")
             }
-            Variant::Sqlite(journal, phase) => format!("{} {}", journal.name(), phase.name()),
+            Variant::Sqlite(case) => case.label(),
             Variant::Order(mode) => mode.letter().into(),
         }
     }
@@ -251,10 +264,12 @@ pub struct BenchOptions {
     pub tail_count: usize,
     /// The `fsync-tail` background writer's rates (`None`: the tester alone).
     pub tail_background_mib_per_s: Vec<Option<u64>>,
-    /// Transactions of each `sqlite` phase.
-    pub sqlite_transactions: usize,
-    /// The `sqlite` phases run (each in every journal mode).
-    pub sqlite_phases: Vec<experiments::SqlitePhase>,
+    /// Rows each `sqlite` phase inserts, updates or deletes (the paper: 10,000).
+    pub sqlite_rows: usize,
+    /// Rows per `sqlite` transaction, each a variant (the paper: 1 and 1,000).
+    pub sqlite_rows_per_transaction: Vec<usize>,
+    /// The SQLite journal modes run.
+    pub sqlite_journals: Vec<SqliteJournal>,
     /// Cycles (four operations each) of each `varmail` thread.
     pub varmail_cycles_per_thread: usize,
     /// 4 KiB writes of each `io-order` run (a twentieth for Transfer-and-Flush).
@@ -268,7 +283,6 @@ pub struct BenchOptions {
 impl BenchOptions {
     pub fn full(experiments: Vec<Experiment>, dir: PathBuf) -> BenchOptions {
         BenchOptions {
-            experiments,
             repetitions: 3,
             seq_bytes: 1 << 30,
             memory_bytes: 4 << 30,
@@ -277,18 +291,19 @@ impl BenchOptions {
             dwsl_ops_per_thread: 300,
             tail_count: 1000,
             tail_background_mib_per_s: vec![None, Some(50), Some(100), Some(200)],
-            sqlite_transactions: 500,
-            sqlite_phases: SqlitePhase::ALL.to_vec(),
+            sqlite_rows: 10_000,
+            sqlite_rows_per_transaction: vec![1, 1000],
+            sqlite_journals: SqliteJournal::ALL.to_vec(),
             varmail_cycles_per_thread: 500,
             io_order_writes: 4000,
             dir,
-            systems: systems(running_as_root()),
+            systems: systems_for(&experiments, systems(running_as_root())),
+            experiments,
         }
     }
 
     pub fn quick(experiments: Vec<Experiment>, dir: PathBuf) -> BenchOptions {
         BenchOptions {
-            experiments,
             repetitions: 1,
             seq_bytes: 256 << 20,
             memory_bytes: 2 << 30,
@@ -297,12 +312,14 @@ impl BenchOptions {
             dwsl_ops_per_thread: 50,
             tail_count: 200,
             tail_background_mib_per_s: vec![None, Some(100)],
-            sqlite_transactions: 100,
-            sqlite_phases: vec![SqlitePhase::Insert],
+            sqlite_rows: QUICK_SQLITE_ROWS,
+            sqlite_rows_per_transaction: vec![1, QUICK_SQLITE_ROWS / 10],
+            sqlite_journals: SqliteJournal::ALL.to_vec(),
             varmail_cycles_per_thread: 50,
             io_order_writes: 1000,
             dir,
-            systems: headline_systems(running_as_root()),
+            systems: systems_for(&experiments, headline_systems(running_as_root())),
+            experiments,
         }
     }
 
@@ -327,6 +344,81 @@ pub struct Sample {
 /// Threads of `varmail` (filebench's default for it is 16 on bigger machines).
 const VARMAIL_THREADS: usize = 4;
 
+/// Rows of each `sqlite` phase in `--quick`; transactions of a tenth of them stand for the
+/// paper's 1,000-row ones (ten per phase, as its 10,000 rows make).
+const QUICK_SQLITE_ROWS: usize = 300;
+
+/// The systems a run alternates: `sqlite` alone runs the JoJ paper's matrix
+/// ([`sqlite_systems`]); any other choice runs `others`.
+fn systems_for(experiments: &[Experiment], others: Vec<System>) -> Vec<System> {
+    if experiments == [Experiment::Sqlite] {
+        sqlite_systems(running_as_root())
+    } else {
+        others
+    }
+}
+
+/// The JoJ paper's reference, "no file system journaling", on jext's front end: jext's
+/// mount on an image made without a journal.
+pub const JEXT_NO_JOURNAL: System = System::JextMount {
+    name: "jext no journal (FUSE)",
+    options: "data=ordered",
+    journal: false,
+    per_file: false,
+};
+
+/// The SQLite matrix's systems (issue 14 item 6), all on the same kind of loop device:
+/// jext's mount in data=ordered, data=journal with single-I/O and with classic commits,
+/// per-file (rollback journals `+j`, the database and a WAL ordered), data=adaptive, and
+/// without a journal; Linux ext4 data=ordered, data=journal and without a journal.
+/// `data=adaptive` fails its set-up, naming the option, until the mount knows it.
+pub fn sqlite_systems(root: bool) -> Vec<System> {
+    if !root {
+        return Vec::new();
+    }
+    let fuse = |mode| System::JextFuse {
+        mode,
+        writeback_cache: false,
+        uring: false,
+    };
+    vec![
+        fuse(DataMode::Ordered),
+        fuse(DataMode::Journal),
+        System::JextMount {
+            name: "jext data=journal,journal_commit=classic (FUSE)",
+            options: "data=journal,journal_commit=classic",
+            journal: true,
+            per_file: false,
+        },
+        System::JextMount {
+            name: "jext per-file (FUSE)",
+            options: "data=ordered",
+            journal: true,
+            per_file: true,
+        },
+        System::JextMount {
+            name: "jext data=adaptive (FUSE)",
+            options: "data=adaptive",
+            journal: true,
+            per_file: false,
+        },
+        JEXT_NO_JOURNAL,
+        report::EXT4_ORDERED,
+        System::Ext4 {
+            options: "data=journal",
+            features: "",
+        },
+        EXT4_NO_JOURNAL,
+    ]
+}
+
+/// Linux ext4 made with `-O ^has_journal`; mounted with its defaults, since ext4 refuses
+/// any `data=` option without a journal.
+pub const EXT4_NO_JOURNAL: System = System::Ext4 {
+    options: "defaults",
+    features: "^has_journal",
+};
+
 /// The systems of the README's headline table (and of `--quick`): the raw floor, jext's
 /// library in its two durable-data modes and its mount, ext4 ordered/journal/fast_commit,
 /// and fuse2fs.
@@ -335,7 +427,7 @@ pub fn headline_systems(root: bool) -> Vec<System> {
         .into_iter()
         .filter(|s| match s {
             System::Jext { mode, .. } => *mode != DataMode::Writeback,
-            System::JextPercore { .. } => false,
+            System::JextPercore { .. } | System::JextMount { .. } => false,
             System::Ext4 { options, .. } => matches!(*options, "data=ordered" | "data=journal"),
             System::JextFuse {
                 mode,
@@ -566,8 +658,8 @@ fn run_one(
         (Experiment::Varmail, _) => {
             experiments::varmail(&running, VARMAIL_THREADS, opts.varmail_cycles_per_thread)?
         }
-        (Experiment::Sqlite, Variant::Sqlite(journal, phase)) => {
-            experiments::sqlite(&running, journal, phase, opts.sqlite_transactions)?
+        (Experiment::Sqlite, Variant::Sqlite(case)) => {
+            experiments::sqlite(&running, case, opts.sqlite_rows)?
         }
         (Experiment::IoOrder, Variant::Order(mode)) => {
             experiments::io_order(&running, mode, opts.io_order_writes)?
@@ -677,6 +769,35 @@ mod tests {
     }
 
     #[test]
+    fn sqlite_alone_runs_the_papers_matrix_on_its_own_systems() {
+        let dir = PathBuf::from("/tmp");
+        let opts = BenchOptions::full(vec![Experiment::Sqlite], dir.clone());
+        if running_as_root() {
+            let names: Vec<String> = opts.systems.iter().map(System::name).collect();
+            for wanted in [
+                "jext data=ordered (FUSE)",
+                "jext data=journal (FUSE)",
+                "jext data=journal,journal_commit=classic (FUSE)",
+                "jext per-file (FUSE)",
+                "jext data=adaptive (FUSE)",
+                "jext no journal (FUSE)",
+                "ext4 data=ordered",
+                "ext4 data=journal",
+                "ext4 defaults -O ^has_journal",
+            ] {
+                assert!(names.iter().any(|n| n == wanted), "{wanted} in {names:?}");
+            }
+            assert!(opts
+                .systems
+                .iter()
+                .all(|s| Experiment::Sqlite.applies_to(s)));
+        }
+        let all = BenchOptions::full(vec![Experiment::Seq, Experiment::Sqlite], dir);
+        assert!(!all.systems.contains(&JEXT_NO_JOURNAL));
+        assert!(!Experiment::Untar.applies_to(&JEXT_NO_JOURNAL));
+    }
+
+    #[test]
     fn programs_run_only_where_there_is_a_mount() {
         for e in [Experiment::Untar, Experiment::Sqlite, Experiment::Varmail] {
             assert!(!e.applies_to(&System::RawLoop));
@@ -752,10 +873,21 @@ mod tests {
             ]
         );
         assert_eq!(labels(Experiment::Seq, &quick), [""]);
+        let sqlite = labels(Experiment::Sqlite, &quick);
+        assert_eq!(sqlite.len(), 24, "{sqlite:?}");
         assert_eq!(
-            labels(Experiment::Sqlite, &quick),
-            ["WAL insert", "DELETE insert", "PERSIST insert"]
+            sqlite[..6],
+            [
+                "WAL insert, 1-row txns",
+                "WAL update, 1-row txns",
+                "WAL delete, 1-row txns",
+                "WAL insert, 30-row txns",
+                "WAL update, 30-row txns",
+                "WAL delete, 30-row txns",
+            ]
         );
-        assert_eq!(labels(Experiment::Sqlite, &full).len(), 9);
+        assert_eq!(sqlite[23], "PERSIST delete, 30-row txns");
+        assert_eq!(labels(Experiment::Sqlite, &full).len(), 24);
+        assert_eq!(full.sqlite_rows, 10_000);
     }
 }

@@ -209,7 +209,7 @@ fn captioned(variant: Variant, text: &str) -> String {
 fn colour(system: &System) -> RGBColor {
     match system {
         System::Jext { .. } | System::JextPercore { .. } => RGBColor(31, 119, 180),
-        System::JextFuse { .. } => RGBColor(120, 180, 230),
+        System::JextFuse { .. } | System::JextMount { .. } => RGBColor(120, 180, 230),
         System::Ext4 { .. } => RGBColor(255, 127, 14),
         System::Fuse2fs => RGBColor(44, 160, 44),
         System::RawFile | System::RawLoop => RGBColor(127, 127, 127),

@@ -314,7 +314,6 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
                      `jext sync` for jext's mount; fuse2fs's figure leaves data not yet durable, as \
                      syncfs never reaches its daemon)",
                     &grid,
-                    Unit::PerSecond,
                 );
                 daemon_table(&mut out, "unpacked entry", &grid);
             }
@@ -323,22 +322,15 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
                     &mut out,
                     "varmail: 4 threads of delete, create+write+fsync, append+fsync, read over 16 KiB files (ops/s)",
                     &grid,
-                    Unit::PerSecond,
                 );
                 daemon_table(&mut out, "operation", &grid);
             }
-            Experiment::Sqlite => {
-                rate_table(
-                    &mut out,
-                    "sqlite: one-row transactions, synchronous=FULL (µs per transaction)",
-                    &grid,
-                    Unit::MicrosPerOp,
-                );
-                daemon_table(&mut out, "transaction", &grid);
-            }
+            Experiment::Sqlite => sqlite_tables(&mut out, &grid),
             Experiment::IoOrder => io_order_table(&mut out, &grid),
         }
-        for (variant, rows) in &grid {
+        // The SQLite matrix names each failing system once, over all its cases.
+        let per_variant_failures = experiment != Experiment::Sqlite;
+        for (variant, rows) in grid.iter().filter(|_| per_variant_failures) {
             for row in rows.iter().filter(|r| !r.errors.is_empty()) {
                 let label = variant.label();
                 let label = if label.is_empty() {
@@ -359,6 +351,157 @@ pub fn markdown(samples: &[Sample], experiments: &[Experiment]) -> String {
     out
 }
 
+/// One case of the SQLite matrix and every system's figures in it.
+type SqliteRows<'a> = (super::experiments::SqliteCase, &'a Vec<Aggregate<'a>>);
+
+/// The SQLite matrix (JoJ §3.3): a table per journal mode and transaction size, with each
+/// phase's µs per transaction against jext without a journal (the paper's reference, "no
+/// file system journaling") and KiB written and flushes per transaction; then every
+/// system against that reference over all cases (the paper's target: within 6%), and
+/// each failing system once.
+fn sqlite_tables(out: &mut String, grid: &[(Variant, Vec<Aggregate>)]) {
+    let cases: Vec<SqliteRows> = grid
+        .iter()
+        .filter_map(|(v, rows)| match v {
+            Variant::Sqlite(case) => Some((*case, rows)),
+            _ => None,
+        })
+        .collect();
+    let Some((_, first_rows)) = cases.first() else {
+        return;
+    };
+    let systems: Vec<&System> = first_rows.iter().map(|r| r.system).collect();
+    let micros = |rows: &[Aggregate], system: &System| {
+        reference(rows, system)
+            .and_then(|r| r.ops_per_sec)
+            .map(|rate| 1e6 / rate)
+    };
+    let reference_system = super::JEXT_NO_JOURNAL;
+    let _ = writeln!(
+        out,
+        "### sqlite: µs per transaction (× {}), synchronous=FULL\n\n\
+         Each cell: µs per transaction and its ratio to {} in the same case (above 1 is \
+         slower); then KiB written and flushes per transaction, counted at the loop device.\n",
+        reference_system.name(),
+        reference_system.name()
+    );
+    let mut groups: Vec<(String, Vec<SqliteRows>)> = Vec::new();
+    for (case, rows) in &cases {
+        let title = format!(
+            "{}, {}-row transactions",
+            case.journal.name(),
+            case.rows_per_transaction
+        );
+        match groups.last_mut() {
+            Some((t, members)) if *t == title => members.push((*case, rows)),
+            _ => groups.push((title, vec![(*case, rows)])),
+        }
+    }
+    for (title, members) in &groups {
+        let phases: Vec<&str> = members.iter().map(|(c, _)| c.phase.name()).collect();
+        let _ = writeln!(out, "#### {title}\n");
+        let _ = writeln!(
+            out,
+            "| system | {} | {} |",
+            phases.join(" | "),
+            phases
+                .iter()
+                .map(|p| format!("{p} KiB / flushes"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(out, "|---|{}", "---:|".repeat(phases.len() * 2));
+        for system in &systems {
+            let times: Vec<String> = members
+                .iter()
+                .map(|(_, rows)| {
+                    let nj = micros(rows, &reference_system);
+                    micros(rows, system).map_or("–".into(), |us| {
+                        format!("{us:.0} ({})", fmt_ratio(ratio(us, nj)))
+                    })
+                })
+                .collect();
+            let io: Vec<String> = members
+                .iter()
+                .map(|(_, rows)| {
+                    let cells = io_per_op_cells(reference(rows, system).and_then(|r| r.io));
+                    format!("{} / {}", cells[1], cells[2])
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                system.name(),
+                times.join(" | "),
+                io.join(" | ")
+            );
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "#### Every case against {} (the paper's target for per-file and adaptive: within 6%)\n\n\
+         | system | cases | geometric mean × | worst × (case) | cases within 6% | geometric mean × ext4 ordered |\n\
+         |---|---:|---:|---|---:|---:|",
+        reference_system.name()
+    );
+    let geometric_mean = |ratios: &[f64]| {
+        (!ratios.is_empty())
+            .then(|| (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp())
+    };
+    for system in &systems {
+        let mut against_reference = Vec::new();
+        let mut worst: Option<(f64, String)> = None;
+        let mut against_ext4 = Vec::new();
+        for (case, rows) in &cases {
+            let Some(us) = micros(rows, system) else {
+                continue;
+            };
+            if let Some(r) = ratio(us, micros(rows, &reference_system)) {
+                against_reference.push(r);
+                if worst.as_ref().is_none_or(|(w, _)| r > *w) {
+                    worst = Some((r, case.label()));
+                }
+            }
+            against_ext4.extend(ratio(us, micros(rows, &EXT4_ORDERED)));
+        }
+        let within = against_reference.iter().filter(|r| **r <= 1.06).count();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {within} | {} |",
+            system.name(),
+            against_reference.len(),
+            fmt_ratio(geometric_mean(&against_reference)),
+            worst.map_or("–".into(), |(w, case)| format!("{w:.2}× ({case})")),
+            fmt_ratio(geometric_mean(&against_ext4)),
+        );
+    }
+    for system in &systems {
+        let mut errors: Vec<&String> = Vec::new();
+        let mut failed = 0;
+        for (_, rows) in &cases {
+            if let Some(row) = reference(rows, system).filter(|r| !r.errors.is_empty()) {
+                failed += 1;
+                for e in &row.errors {
+                    if !errors.contains(&e) {
+                        errors.push(e);
+                    }
+                }
+            }
+        }
+        if failed > 0 {
+            let errors: Vec<&str> = errors.iter().map(|e| e.as_str()).collect();
+            let _ = writeln!(
+                out,
+                "- {} failed in {failed} of {} cases: {}",
+                system.name(),
+                cases.len(),
+                errors.join("; ")
+            );
+        }
+    }
+}
+
 /// Writes, KiB written, flushes and FUA writes per operation, or dashes where the system
 /// cannot count them.
 fn io_per_op_cells(io: Option<(IoCounts, u64)>) -> [String; 4] {
@@ -374,17 +517,8 @@ fn io_per_op_cells(io: Option<(IoCounts, u64)>) -> [String; 4] {
     }
 }
 
-/// One row per system, one column of median operations per second per variant, then the
-/// last variant against the first and against ext4 data=ordered.
-/// How `rate_table` shows an operation rate.
-enum Unit {
-    PerSecond,
-    MicrosPerOp,
-}
-
-/// One column per variant: the rate (or time per operation) and its ratio to ext4
-/// data=ordered in the same variant.
-fn rate_table(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)], unit: Unit) {
+/// One column per variant: the rate and its ratio to ext4 data=ordered in the same variant.
+fn rate_table(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)]) {
     let Some((_, first_rows)) = grid.first() else {
         return;
     };
@@ -407,17 +541,7 @@ fn rate_table(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)],
                 let (Some(mine), ext4) = (rate(rows, row.system), rate(rows, &EXT4_ORDERED)) else {
                     return "–".to_string();
                 };
-                match unit {
-                    Unit::PerSecond => {
-                        format!("{mine:.0} ({})", fmt_ratio(ratio(mine, ext4)))
-                    }
-                    // Time per operation: the ratio is of times, so above 1 is slower.
-                    Unit::MicrosPerOp => format!(
-                        "{:.0} ({})",
-                        1e6 / mine,
-                        fmt_ratio(ext4.and_then(|e| ratio(e, Some(mine))))
-                    ),
-                }
+                format!("{mine:.0} ({})", fmt_ratio(ratio(mine, ext4)))
             })
             .collect();
         let _ = writeln!(out, "| {} | {} |", row.system.name(), cells.join(" | "));
@@ -889,6 +1013,77 @@ mod tests {
         assert!(jext_row.contains("| 0.50× | – |"), "{jext_row}");
         assert!(jext_row.contains("| 3.00 | 12.0 | 1.00 |"), "{jext_row}");
         assert!(text.contains("raw loop (O_DIRECT) failed: losetup failed"));
+    }
+
+    #[test]
+    fn the_sqlite_matrix_compares_with_jext_without_a_journal_and_names_failures_once() {
+        use crate::bench::experiments::{SqliteCase, SqliteJournal, SqlitePhase};
+        let cases = SqliteCase::plan(&[SqliteJournal::Delete], &[1], &SqlitePhase::ALL);
+        let per_file = System::JextMount {
+            name: "jext per-file (FUSE)",
+            options: "data=ordered",
+            journal: true,
+            per_file: true,
+        };
+        let adaptive = System::JextMount {
+            name: "jext data=adaptive (FUSE)",
+            options: "data=adaptive",
+            journal: true,
+            per_file: false,
+        };
+        let mut samples = Vec::new();
+        for (i, case) in cases.iter().enumerate() {
+            let variant = Variant::Sqlite(*case);
+            // 1000 µs without a journal; per-file 1.05× then 1.20× then 1.00×.
+            let slower = [1.05, 1.20, 1.00][i];
+            let mut run = |system: System, us: f64, flushes: u64| {
+                let mut s = ops(Experiment::Sqlite, variant, system, 1e6 / us);
+                if let Ok(Measured::Ops { io, .. }) = &mut s.outcome {
+                    *io = Some(IoCounts {
+                        writes: 300,
+                        write_bytes: 100 * 8192,
+                        flushes,
+                        fua_writes: None,
+                    });
+                }
+                samples.push(s);
+            };
+            run(crate::bench::JEXT_NO_JOURNAL, 1000.0, 100);
+            run(per_file.clone(), 1000.0 * slower, 200);
+            run(EXT4_ORDERED, 2000.0, 300);
+            samples.push(Sample {
+                experiment: Experiment::Sqlite,
+                variant,
+                system: adaptive.clone(),
+                repetition: 0,
+                outcome: Err("unknown mount option".into()),
+            });
+        }
+        let text = markdown(&samples, &[Experiment::Sqlite]);
+        assert!(text.contains("#### DELETE, 1-row transactions"), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("| jext per-file (FUSE) | 1050"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            row.contains("| 1050 (1.05×) | 1200 (1.20×) | 1000 (1.00×) |"),
+            "{row}"
+        );
+        assert!(row.contains("| 8.0 / 2.00 |"), "{row}");
+        let summary = text
+            .lines()
+            .rfind(|l| l.starts_with("| jext per-file (FUSE) | 3 |"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            summary.contains("| 1.20× (DELETE update, 1-row txns) | 2 |"),
+            "{summary}"
+        );
+        assert_eq!(
+            text.matches("jext data=adaptive (FUSE) failed in 3 of 3 cases: unknown mount option")
+                .count(),
+            1,
+            "{text}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! it did not make itself.
 
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
-use jext::{mkfs, CommitMode, DataMode, Fs, IJournal, MkfsOptions, MountOptions};
+use jext::{mkfs, CommitMode, DataMode, FileJournalMode, Fs, IJournal, MkfsOptions, MountOptions};
 use jext_device::{LatencyModel, Preset, SimDevice};
 use jext_fuse::requests::DaemonStats;
 use jext_io::EngineKind;
@@ -63,6 +63,18 @@ pub enum System {
         mode: DataMode,
         writeback_cache: bool,
         uring: bool,
+    },
+    /// jext through its FUSE mount on a loop device, as the SQLite matrix of issue 14
+    /// needs it: mount `options` given as text, so that an option this build does not know
+    /// (`data=adaptive` before it exists) fails the set-up with the mount's own words
+    /// rather than the build; on an image jext's mkfs made with or without a journal; with
+    /// `per_file`, a `+j` directory holds the database and its rollback journal, the
+    /// database itself `-j` (see [`Running::sqlite_dir`]).
+    JextMount {
+        name: &'static str,
+        options: &'static str,
+        journal: bool,
+        per_file: bool,
     },
     /// fuse2fs (e2fsprogs' user-space ext4) on a loop device made by mkfs.ext4.
     Fuse2fs,
@@ -141,6 +153,7 @@ impl System {
                 let transport = if *uring { " io_uring" } else { "" };
                 format!("jext {}{cache} (FUSE{transport})", mode_name(*mode))
             }
+            System::JextMount { name, .. } => (*name).into(),
             System::Fuse2fs => "fuse2fs".into(),
             System::Block(BlockTarget::Sim(preset)) => format!("sim {} (barrier)", preset.name()),
             System::Block(BlockTarget::File(engine)) => format!("image file ({})", engine.name()),
@@ -174,7 +187,15 @@ impl System {
             return Ok(Running {
                 target: Target::Block(Arc::new(sim), EngineKind::Native),
                 device: None,
+                journaled_dir: None,
             });
+        }
+        if let System::JextMount { options, .. } = self {
+            // Before any image or loop device: a mount option this build does not know
+            // is refused here, in the parser's words.
+            MountOptions::parse(options).map_err(|e| {
+                io::Error::other(format!("this jext cannot mount with {options}: {e}"))
+            })?;
         }
         let image = scratch.image("bench.img", image_bytes)?;
         let device = if self.needs_root() {
@@ -183,6 +204,7 @@ impl System {
             None
         };
         let point = scratch.dir.join("mnt");
+        let mut journaled_dir = None;
         let target = match (self, &device) {
             (System::RawFile, _) => {
                 Target::Raw(std::fs::OpenOptions::new().write(true).open(&image)?)
@@ -247,6 +269,28 @@ impl System {
                 let options = format!("{}{cache}{transport}", mode_name(*mode));
                 Target::Mounted(Mount::jext(dev.path_str(), &point, &options)?)
             }
+            (
+                System::JextMount {
+                    options,
+                    journal,
+                    per_file,
+                    ..
+                },
+                Some(dev),
+            ) => {
+                let device = jext::open_device(&dev.path, false).map_err(io::Error::other)?;
+                let opts = MkfsOptions {
+                    journal: *journal,
+                    ..jext_mkfs_options(true)
+                };
+                mkfs(device.clone(), &opts).map_err(io::Error::other)?;
+                if *per_file {
+                    journaled_dir = Some(prepare_per_file(device)?);
+                } else {
+                    drop(device);
+                }
+                Target::Mounted(Mount::jext(dev.path_str(), &point, options)?)
+            }
             (System::Fuse2fs, Some(dev)) => {
                 mkfs_ext4(dev, "")?;
                 Target::Mounted(Mount::fuse2fs(dev.path_str(), &point)?)
@@ -269,8 +313,33 @@ impl System {
                 )))
             }
         };
-        Ok(Running { target, device })
+        Ok(Running {
+            target,
+            device,
+            journaled_dir,
+        })
     }
+}
+
+/// The directory of the per-file system's rollback journals, from the mount's root.
+const JOURNALED_DIR: &str = "journaled";
+
+/// Makes the per-file layout through the library (a mount cannot: `chattr +j` needs
+/// CAP_SYS_RESOURCE, which some sandboxes drop): a `+j` directory, so that every file
+/// created in it is data-journaled as ext4 inherits the flag, holding an empty database
+/// file that is not (SQLite opens an empty file as a new database). A rollback journal
+/// SQLite creates beside it is then journaled, and the database ordered.
+fn prepare_per_file(device: Arc<dyn jext::BlockDevice>) -> io::Result<PathBuf> {
+    let fs = Fs::open(device, MountOptions::default()).map_err(io::Error::other)?;
+    let made = (|| {
+        let dir = fs.mkdir_path(&format!("/{JOURNALED_DIR}"), 0o755)?;
+        fs.set_journal_mode(dir.ino, FileJournalMode::Data)?;
+        let db = fs.create_file(&format!("/{JOURNALED_DIR}/bench.db"), 0o644)?;
+        db.set_journal_mode(FileJournalMode::Mount)
+    })();
+    let unmounted = fs.unmount();
+    made.and(unmounted).map_err(io::Error::other)?;
+    Ok(PathBuf::from(JOURNALED_DIR))
 }
 
 pub fn mode_name(mode: DataMode) -> &'static str {
@@ -295,13 +364,18 @@ fn open_jext(path: &std::path::Path, fast_commit: bool, options: MountOptions) -
 }
 
 fn mkfs_jext(device: Arc<dyn jext::BlockDevice>, fast_commit: bool) -> io::Result<()> {
-    let opts = MkfsOptions {
+    mkfs(device, &jext_mkfs_options(fast_commit))
+        .map(drop)
+        .map_err(io::Error::other)
+}
+
+fn jext_mkfs_options(fast_commit: bool) -> MkfsOptions {
+    MkfsOptions {
         assume_zeroed: true,
         fast_commit,
         label: "jext-bench".into(),
         ..MkfsOptions::default()
-    };
-    mkfs(device, &opts).map(drop).map_err(io::Error::other)
+    }
 }
 
 fn mkfs_ext4(dev: &LoopDevice, features: &str) -> io::Result<()> {
@@ -318,6 +392,8 @@ fn mkfs_ext4(dev: &LoopDevice, features: &str) -> io::Result<()> {
 pub struct Running {
     target: Target,
     device: Option<LoopDevice>,
+    /// The per-file system's `+j` directory, from the mount's root.
+    journaled_dir: Option<PathBuf>,
 }
 
 enum Target {
@@ -395,6 +471,19 @@ impl Running {
             Target::Mounted(mount) => Some(&mount.point),
             _ => None,
         }
+    }
+
+    /// Where the `sqlite` experiment keeps its database: the mount's root, or on the
+    /// per-file system with a rollback journal, the `+j` directory, so that the journal
+    /// is data-journaled and the database (and a write-ahead log) ordered.
+    pub fn sqlite_dir(&self, rollback_journal: bool) -> io::Result<PathBuf> {
+        let root = self
+            .mount_point()
+            .ok_or_else(|| io::Error::other("this experiment needs a mounted file system"))?;
+        Ok(match (&self.journaled_dir, rollback_journal) {
+            (Some(dir), true) => root.join(dir),
+            _ => root.to_path_buf(),
+        })
     }
 
     /// Makes everything written to a mounted system durable: `sync -f` for the kernel's

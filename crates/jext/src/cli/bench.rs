@@ -128,7 +128,8 @@ fn header(opts: &BenchOptions, quick: bool) -> serde_json::Value {
         "dwsl_ops_per_thread": opts.dwsl_ops_per_thread,
         "tail_count": opts.tail_count,
         "memory_bytes": opts.memory_bytes,
-        "sqlite_transactions": opts.sqlite_transactions,
+        "sqlite_rows": opts.sqlite_rows,
+        "sqlite_rows_per_transaction": opts.sqlite_rows_per_transaction,
         "varmail_cycles_per_thread": opts.varmail_cycles_per_thread,
         "io_order_writes": opts.io_order_writes,
         "systems": opts.systems.iter().map(|s| s.name()).collect::<Vec<_>>(),
@@ -137,7 +138,7 @@ fn header(opts: &BenchOptions, quick: bool) -> serde_json::Value {
 
 fn header_markdown(h: &serde_json::Value) -> String {
     format!(
-        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} fsyncs, memory {} GiB, sqlite {} transactions per phase, varmail {} cycles per thread, io-order {} writes per mode. \
+        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} fsyncs, memory {} GiB, sqlite {} rows per phase in transactions of {} rows, varmail {} cycles per thread, io-order {} writes per mode. \
          Loop devices use direct I/O; jext counts its own requests, the kernel's are read from /sys/block/loopN/stat.\n",
         h["date"].as_str().unwrap_or("?"),
         h["kernel"].as_str().unwrap_or("?"),
@@ -150,7 +151,8 @@ fn header_markdown(h: &serde_json::Value) -> String {
         h["dwsl_ops_per_thread"],
         h["tail_count"],
         h["memory_bytes"].as_u64().unwrap_or(0) >> 30,
-        h["sqlite_transactions"],
+        h["sqlite_rows"],
+        h["sqlite_rows_per_transaction"],
         h["varmail_cycles_per_thread"],
         h["io_order_writes"],
     )

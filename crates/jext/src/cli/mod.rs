@@ -56,6 +56,11 @@ enum Command {
         /// Journal size in blocks (default by size, as mkfs.ext4).
         #[arg(long)]
         journal_blocks: Option<u32>,
+        /// Make no journal, as mkfs.ext4 -O ^has_journal: metadata is then written in
+        /// place, and a crash may leave the file system inconsistent until e2fsck repairs
+        /// it (no fast commits, no data=journal).
+        #[arg(long)]
+        no_journal: bool,
         /// Make no fast-commit area (the fast_commit feature is on by default: eligible
         /// fsyncs write a fast commit instead of committing the running transaction).
         #[arg(long)]
@@ -243,12 +248,14 @@ pub fn run(cli: Cli) -> i32 {
             size,
             block_size,
             journal_blocks,
+            no_journal,
             no_fast_commit,
             label,
         } => tools::mkfs(
             &image,
             size.as_deref(),
             block_size.as_deref(),
+            !no_journal,
             journal_blocks,
             !no_fast_commit,
             label,

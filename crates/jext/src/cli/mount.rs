@@ -179,7 +179,20 @@ fn open_owned(image: &Path, opts: &FuseOptions) -> Result<Fs, String> {
         }
         Err(e) => return Err(open_error(image, e.into())),
     };
-    Fs::open(device, opts.fs.clone()).map_err(|e| open_error(image, e))
+    let (fs, report) =
+        Fs::open_with_report(device, opts.fs.clone()).map_err(|e| open_error(image, e))?;
+    // Said before the mount appears, so that `jext mount` relays it.
+    if !report.has_journal {
+        eprintln!("jext mount: {}: {}", image.display(), jext::NO_JOURNAL_NOTE);
+    }
+    if report.unchecked {
+        eprintln!(
+            "jext mount: {} has no journal and was not cleanly unmounted: it may be \
+             inconsistent; run e2fsck -f on it (it stays marked unchecked until then)",
+            image.display()
+        );
+    }
+    Ok(fs)
 }
 
 /// How long to wait for the image's owner when it is a jext daemon whose mount is already

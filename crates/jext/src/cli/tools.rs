@@ -25,6 +25,7 @@ pub fn mkfs(
     image: &Path,
     size: Option<&str>,
     block_size: Option<&str>,
+    journal: bool,
     journal_blocks: Option<u32>,
     fast_commit: bool,
     label: String,
@@ -80,8 +81,12 @@ pub fn mkfs(
             Err(e) => return fail(format!("{e} (give --size to create an image file)")),
         },
     };
+    if !journal && journal_blocks.is_some() {
+        return fail("--journal-blocks sizes a journal, and --no-journal makes none".into());
+    }
     let opts = MkfsOptions {
         block_size,
+        journal,
         journal_blocks,
         fast_commit,
         label,
@@ -93,19 +98,21 @@ pub fn mkfs(
     progress.finish();
     match made {
         Ok(r) => {
+            let journal = match (journal, r.fast_commit_blocks) {
+                (false, _) => jext::NO_JOURNAL_NOTE.to_string(),
+                (true, 0) => format!("journal {} blocks", r.journal_blocks),
+                (true, fc) => format!(
+                    "journal {} blocks + {fc} fast-commit blocks",
+                    r.journal_blocks
+                ),
+            };
             println!(
-                "made {}: {} blocks of {} bytes, {} groups, {} inodes, journal {} blocks{}",
+                "made {}: {} blocks of {} bytes, {} groups, {} inodes, {journal}",
                 image.display(),
                 r.blocks,
                 r.block_size,
                 r.groups,
                 r.inodes,
-                r.journal_blocks,
-                if r.fast_commit_blocks > 0 {
-                    format!(" + {} fast-commit blocks", r.fast_commit_blocks)
-                } else {
-                    String::new()
-                }
             );
             0
         }
@@ -122,6 +129,19 @@ pub fn recover(image: &Path) -> i32 {
         .and_then(|device| jext::Fs::open_with_report(device, jext::MountOptions::default()))
         .and_then(|(fs, report)| fs.unmount().map(|()| report));
     match recovered {
+        Ok(report) if !report.has_journal => {
+            let state = if report.unchecked {
+                "it was not cleanly unmounted and stays marked so: run e2fsck -f"
+            } else {
+                "it is clean"
+            };
+            println!(
+                "{}: nothing to replay, {}; {state}",
+                image.display(),
+                jext::NO_JOURNAL_NOTE
+            );
+            0
+        }
         Ok(report) if report.recovery.was_clean => {
             println!("{}: the journal was already clean", image.display());
             0
