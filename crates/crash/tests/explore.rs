@@ -2,7 +2,7 @@
 //! fixed workloads finds nothing; the same explorer over a lying device finds failures
 //! (so the checks can fail); and the reproducers of bugs it found stay fixed.
 
-use jext_crash::{explore, replay, Config, Plan, Reproducer, Sampling, WorkloadId};
+use jext_crash::{explore, replay, Config, Plan, Reproducer, Sampling, Summary, WorkloadId};
 use jext_device::SimFault;
 
 fn config(jobs: usize) -> Config {
@@ -13,10 +13,10 @@ fn config(jobs: usize) -> Config {
     }
 }
 
-#[test]
-fn the_ci_exploration_finds_no_failure_in_any_mode() {
-    let summary = explore(Plan::Ci, &[], &config(2), &|_| {});
-    let total = summary.total();
+/// Explores `only` (every workload when empty) and asserts that nothing failed, printing
+/// each failure's reproducer first.
+fn explore_expecting_no_failure(only: &[WorkloadId], config: &Config) -> Summary {
+    let summary = explore(Plan::Ci, only, config, &|_| {});
     for f in &summary.failures {
         eprintln!(
             "FAILED {}\n  {}\n{}",
@@ -26,7 +26,15 @@ fn the_ci_exploration_finds_no_failure_in_any_mode() {
         );
     }
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    let total = summary.total();
     assert_eq!(total.failures, 0, "{total:?}");
+    summary
+}
+
+#[test]
+fn the_ci_exploration_finds_no_failure_in_any_mode() {
+    let summary = explore_expecting_no_failure(&[], &config(2));
+    let total = summary.total();
     assert!(
         total.states >= 3000,
         "a CI-sized run checks thousands of states: {total:?}"
@@ -133,13 +141,7 @@ fn single_io_commits_survive_every_cut_and_tear() {
         },
         ..config(2)
     };
-    let summary = explore(Plan::Ci, &only, &config, &|_| {});
-    for f in &summary.failures {
-        eprintln!("FAILED {}\n  {}", f.reproducer, f.problems.join("\n  "));
-    }
-    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
-    let total = summary.total();
-    assert_eq!(total.failures, 0, "{total:?}");
+    let total = explore_expecting_no_failure(&only, &config).total();
     // Byte records make the commits a few sectors long, so fewer cuts than whole
     // blocks gave (2,554 states once byte records became the default; 3,000+ with whole blocks).
     assert!(total.states >= 2000, "every cut of every commit: {total:?}");
@@ -166,13 +168,7 @@ fn adaptive_journal_switches_survive_every_crash() {
         },
         ..config(2)
     };
-    let summary = explore(Plan::Ci, &only, &config, &|_| {});
-    for f in &summary.failures {
-        eprintln!("FAILED {}\n  {}", f.reproducer, f.problems.join("\n  "));
-    }
-    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
-    let total = summary.total();
-    assert_eq!(total.failures, 0, "{total:?}");
+    let total = explore_expecting_no_failure(&only, &config).total();
     assert!(total.states >= 500, "{total:?}");
 }
 
