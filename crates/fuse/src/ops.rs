@@ -870,20 +870,29 @@ impl Filesystem for JextFuse {
         );
     }
 
-    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(self.dir_streams.open()), FopenFlags::empty());
+    /// An open directory counts as open in the library, as an open file does: a
+    /// directory renamed over or removed while open stays until its last close
+    /// (fstests generic/035: `fstat` on it then shows nlink 0, not EIO).
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match to_ext4(ino).and_then(|i| self.fs.open_inode(i).map_err(errno)) {
+            Ok(_) => reply.opened(FileHandle(self.dir_streams.open()), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
         self.dir_streams.release(fh.0);
-        reply.ok();
+        empty(
+            reply,
+            to_ext4(ino).and_then(|i| self.fs.release(i).map_err(errno)),
+        );
     }
 
     /// Fills the reply from what the last READDIR of this open directory listed and did

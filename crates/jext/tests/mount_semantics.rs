@@ -792,3 +792,26 @@ int main(int argc, char **argv) {
         e2fsck_clean(&s.image());
     });
 }
+
+/// A directory renamed over or removed while open stays until its last close, as an open
+/// file does (fstests generic/035): `fstat` on it shows no links, never EIO, and the
+/// image is clean once it is closed.
+#[test]
+fn an_open_directory_outlives_its_name() {
+    on_each_transport(|| {
+        let s = Scratch::new("open-dir");
+        mount(&s, "");
+        let (old, new) = (s.mnt().join("old"), s.mnt().join("new"));
+        fs::create_dir(&old).unwrap();
+        fs::create_dir(&new).unwrap();
+        let replaced = fs::File::open(&new).unwrap();
+        fs::rename(&old, &new).unwrap();
+        assert_eq!(replaced.metadata().unwrap().nlink(), 0, "renamed over");
+        let removed = fs::File::open(&new).unwrap();
+        fs::remove_dir(&new).unwrap();
+        assert_eq!(removed.metadata().unwrap().nlink(), 0, "removed");
+        drop((replaced, removed));
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
+}
