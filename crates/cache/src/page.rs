@@ -56,6 +56,11 @@ impl Page {
     pub fn is_dirty(&self) -> bool {
         self.dirty
     }
+
+    /// A write of this page is in flight: the device may not have its bytes yet.
+    pub fn in_writeback(&self) -> bool {
+        self.writebacks > 0
+    }
 }
 
 #[derive(Default)]
@@ -237,6 +242,15 @@ impl PageCache {
             data: page.data.clone(),
             id: page.id,
         })
+    }
+
+    /// Whether the page `wb` was taken from is still cached (not dropped by a truncate,
+    /// a punched hole or the file's deletion since), whatever it holds now.
+    pub fn is_current(&self, wb: &PageWriteback) -> bool {
+        self.files
+            .get(&wb.ino)
+            .and_then(|f| f.pages.get(&wb.index))
+            .is_some_and(|page| page.id == wb.id)
     }
 
     /// The write of `wb` completed (`failed`: it did not reach the device, and the page

@@ -2,8 +2,8 @@
 //!
 //! Every call is one operation (`crate::op::Op`): it locks the inodes it reads or changes,
 //! in the order `crate::lock_order` prescribes, so calls on different files run at once.
-//! `fsync` and `fdatasync` release their inode before waiting for their data writes
-//! (`file::DataInFlight`) and for the commit or fast commit. A few calls need the file
+//! `fsync` and `fdatasync` release their inode while their data writes transfer (see
+//! `file::writeback`) and before waiting for the commit or fast commit. A few calls need the file
 //! system still (a flag change that switches a file's journal mode; remount, unmount) and
 //! run alone. `Fs` is cheap to clone and safe to share between threads.
 //!
@@ -528,10 +528,10 @@ impl Fs {
             // the times, the last batch) is planned with the sync.
             file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)?;
         }
-        let (tid, flush, in_flight, fast_commit) = {
+        let (tid, flush, fast_commit) = {
             let mut op = self.op(false)?;
             op.lock(ino, Reach::First)?;
-            let (tid, flush, in_flight) = file::prepare_sync(&mut op, ino, datasync)?;
+            let (tid, flush) = file::prepare_sync(&mut op, ino, datasync)?;
             adaptive_journal::at_sync(&mut op, ino);
             let tid = match (tid, promise) {
                 (Some(t), Promise::Durable) if fast_commit::already_durable(&op, ino, t) => None,
@@ -541,21 +541,14 @@ impl Fs {
                 (Some(tid), Promise::Durable) => Some(fast_commit::plan(&mut op, ino, tid)),
                 _ => None,
             };
-            (tid, flush, in_flight, fast_commit)
+            (tid, flush, fast_commit)
         };
-        // Other operations on the file go on while its data transfers.
-        let written = in_flight.finish(fs);
         let fast_commit = fast_commit.transpose()?;
         match (tid, promise) {
             (Some(tid), Promise::Durable) => {
                 let plan = fast_commit.expect("planned for every durable sync with a tid");
                 let file = plan.as_ref().ok().and_then(|p| p.file);
-                // Handed to the writer even when the data failed: its ticket must reach the
-                // journal, or every later fast commit waits for it (a failure that changed
-                // metadata aborted the journal, and the writer then refuses it).
-                let made_durable = fast_commit::write(fs, plan);
-                written?;
-                if made_durable? {
+                if fast_commit::write(fs, plan)? {
                     if let Some(file) = file {
                         let mut op = self.op(false)?;
                         op.lock(file.0, Reach::First)?;
@@ -566,11 +559,10 @@ impl Fs {
                 }
                 fs.journal.commit_and_wait(tid)?;
             }
-            (None, Promise::Durable) => written?,
+            (None, Promise::Durable) => {}
             // A barrier delimits an epoch even when this file has nothing to order: the
             // running transaction (other files' changes) commits, as BarrierFS's does.
             (tid, Promise::Ordered) => {
-                written?;
                 let tid = tid.unwrap_or_else(|| fs.journal.latest_tid());
                 fs.journal.commit_and_wait_dispatched(tid)?;
             }
@@ -672,10 +664,13 @@ impl Fs {
         })
     }
 
-    /// Writes back all dirty data and commits (`sync(2)`).
+    /// Writes back all dirty data and commits (`sync(2)`, or rather `syncfs(2)`: the
+    /// first error is reported, after every other file was written back and the journal
+    /// committed, so one file's failed data write holds back nobody else's).
     pub fn sync(&self) -> FsResult<()> {
         let fs = self.inner();
         drop(self.op(false)?);
+        let mut first_error = None;
         if !fs.is_read_only() {
             let files: Vec<u32> = fs
                 .pages
@@ -685,18 +680,23 @@ impl Fs {
                 .map(|(i, _)| i)
                 .collect();
             for &ino in &files {
-                file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)?;
+                let written = file::write_back_unlocked(fs, ino, false, file::Urgency::Sync);
+                first_error = first_error.or(written.err());
             }
             // What is left: times, sizes past the data, pages dirtied meanwhile.
             for ino in files.into_iter().chain(fs.inodes.dirty_inodes()) {
                 let mut op = self.op(false)?;
                 if op.lock_if_cached(ino, Reach::First) {
-                    file::writeback(&mut op, ino, true)?;
+                    let written = file::writeback(&mut op, ino, true);
+                    first_error = first_error.or(written.err());
                 }
             }
         }
-        fs.journal.commit_all()?;
-        Ok(())
+        let committed = fs.journal.commit_all();
+        match first_error {
+            Some(err) => Err(err),
+            None => committed.map(|_| ()).map_err(Into::into),
+        }
     }
 
     /// The extents of inode `ino`, in order (for SEEK_DATA / SEEK_HOLE and inspection).

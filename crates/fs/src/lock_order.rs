@@ -26,7 +26,9 @@
 //!
 //! Inode locks are held across reads of the inode's own metadata and data (as Linux holds
 //! `i_rwsem`), never across a wait for data writes or a commit: fsync and writeback
-//! release them first (`file::DataInFlight`).
+//! release them first (`file::writeback`). Between the gate and the inode locks sits a
+//! file's writeback ownership (`file::ownership`, Linux's `I_SYNC`): taken with no inode
+//! lock held, kept while the file's data transfers.
 //!
 //! Every inode acquisition is checked against the order in every build (`Op` knows what
 //! it holds); debug builds also check the leaf order and what may happen under a leaf (a

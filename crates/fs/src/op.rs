@@ -183,6 +183,22 @@ impl<'fs> Op<'fs> {
         self.held.iter().any(|h| h.ino == ino)
     }
 
+    /// Whether `ino` is the only inode this operation holds (so it may release it for a
+    /// while: [`Op::unlocked`]).
+    pub fn holds_only(&self, ino: u32) -> bool {
+        self.held.len() == 1 && self.held[0].ino == ino
+    }
+
+    /// Whether held inode `ino` is still the inode cache's (it was not deleted while this
+    /// operation had it released).
+    pub fn is_current(&self, ino: u32) -> bool {
+        let held = self.held.iter().find(|h| h.ino == ino);
+        let held = held.unwrap_or_else(|| panic!("inode {ino} used without its lock"));
+        self.fs
+            .inodes
+            .is_current(ino, ArcMutexGuard::mutex(&held.guard))
+    }
+
     /// Inode `ino`, which this operation must hold.
     pub fn inode(&self, ino: u32) -> &InodeInfo {
         match self.held.iter().find(|h| h.ino == ino) {

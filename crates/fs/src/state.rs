@@ -68,6 +68,8 @@ pub(crate) struct FsInner {
     pub fc_stats: Leaf<FastCommitStats>,
     /// `data=adaptive`'s remembered names and counters.
     pub adaptive: Leaf<crate::adaptive_journal::AdaptiveJournal>,
+    /// Which files a writeback is under way for (one at a time per file).
+    pub writeback_owners: crate::file::WritebackOwners,
 }
 
 impl FsInner {

@@ -12,14 +12,11 @@
 //! unwinds: its handle would otherwise stop and let the half-made change commit.
 
 use crate::error::{FsError, FsResult};
-use crate::file::DataInFlight;
 use crate::format::inode::Inode;
 use crate::lock_order::held;
 use crate::meta::{MetaIo, MetaRead};
 use crate::op::{Op, Reach};
 use crate::state::{FsInner, InodeInfo};
-use jext_cache::PageWriteback;
-use jext_io::IoTicket;
 use jext_journal::{Handle, JBuf, Tid};
 use std::sync::Arc;
 
@@ -30,8 +27,6 @@ pub(crate) struct Tx<'a, 'fs> {
     handle: Option<Handle>,
     /// Something was changed through this handle.
     dirtied: bool,
-    /// Data writes issued under this handle and not yet seen complete.
-    in_flight: DataInFlight,
 }
 
 impl<'a, 'fs> Tx<'a, 'fs> {
@@ -54,7 +49,6 @@ impl<'a, 'fs> Tx<'a, 'fs> {
             op,
             handle: Some(handle),
             dirtied: false,
-            in_flight: DataInFlight::default(),
         })
     }
 
@@ -80,12 +74,8 @@ impl<'a, 'fs> Tx<'a, 'fs> {
     }
 
     /// Ends the operation: on success the handle stops; on failure after changes the
-    /// journal is aborted so the partial operation never commits. Data writes issued under
-    /// the handle are waited for first (with the operation's inodes held).
+    /// journal is aborted so the partial operation never commits.
     pub fn end<T>(mut self, result: FsResult<T>) -> FsResult<T> {
-        let in_flight = std::mem::take(&mut self.in_flight);
-        let written = in_flight.finish(self.fs);
-        let result = result.and_then(|value| written.map(|()| value));
         if let Err(err) = &result {
             if self.dirtied {
                 let reason = format!("an operation failed after changing metadata: {err}");
@@ -102,33 +92,6 @@ impl<'a, 'fs> Tx<'a, 'fs> {
             handle.stop();
             held::leave_handle();
         }
-    }
-
-    /// Ends the operation like [`Tx::end`], except that on success the data writes issued
-    /// under the handle are not waited for: they come back with the handle, which stays
-    /// open until [`DataInFlight::finish`] (the caller releases its inodes first).
-    pub fn end_with_data_in_flight<T>(
-        mut self,
-        result: FsResult<T>,
-    ) -> FsResult<(T, DataInFlight)> {
-        if result.is_err() || self.in_flight.is_empty() {
-            return self
-                .end(result)
-                .map(|value| (value, DataInFlight::default()));
-        }
-        let mut in_flight = std::mem::take(&mut self.in_flight);
-        let handle = self
-            .handle
-            .take()
-            .expect("a Tx has its handle until it ends");
-        // Still this thread's handle (for the lock-order checks) until the data is in.
-        in_flight.hold_handle(handle, self.dirtied);
-        result.map(|value| (value, in_flight))
-    }
-
-    /// Data writes now in flight for this handle: it stays open until they complete.
-    pub fn data_in_flight(&mut self, ticket: IoTicket, pages: Vec<PageWriteback>) {
-        self.in_flight.add(ticket, pages);
     }
 
     /// The cached buffer of `block`.
@@ -199,8 +162,8 @@ impl<'a, 'fs> Tx<'a, 'fs> {
         Ok(())
     }
 
-    /// Data was written in place under this handle and must be durable before the
-    /// transaction commits (data=ordered).
+    /// This handle marks written blocks whose data was written (and transferred) before
+    /// it: the data must be durable before the transaction commits (data=ordered).
     pub fn note_ordered_data(&mut self) {
         self.handle().note_ordered_data();
     }

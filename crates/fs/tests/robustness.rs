@@ -311,6 +311,10 @@ fn an_io_error_aborts_the_journal_and_keeps_what_committed() {
     f.write_at(0, &vec![5u8; 10_000]).unwrap();
     let err = f.fsync().unwrap_err();
     assert_eq!(err.errno(), libc::EIO, "{err}");
+    // A failed data write changes no metadata (its blocks stay unwritten, its pages
+    // dirty), as with ext4's default `data_err=ignore`; the next commit fails and aborts.
+    let err = fs.sync().unwrap_err();
+    assert_eq!(err.errno(), libc::EIO, "{err}");
     // The journal is aborted: later changes fail with EROFS, the file system is read-only.
     let later = fs
         .create_file("/later", 0o644)

@@ -1,6 +1,7 @@
 //! File data, in three parts: `read` (page cache, readahead), `write` (into the page
 //! cache with delayed allocation and dirty throttling) and `writeback` (blocks for dirty
-//! pages, data written under the handle that maps it, or through the journal). Here: what
+//! pages, data written before a transaction marks them written, or through the journal;
+//! `in_flight` and `ownership` are its helpers). Here: what
 //! fsync must do first, size changes (truncate, extend), fallocate and punching holes,
 //! extents and SEEK_DATA/SEEK_HOLE.
 //!
@@ -10,16 +11,18 @@
 //! caller's operation holds.
 
 mod in_flight;
+mod ownership;
 mod read;
 mod write;
 mod writeback;
 
-pub(crate) use in_flight::DataInFlight;
+use in_flight::{DataInFlight, Run};
+pub(crate) use ownership::WritebackOwners;
 use read::page_data;
 pub(crate) use read::read;
 pub(crate) use write::{balance_dirty, write};
-pub(crate) use writeback::{issue_writeback, write_back_unlocked, writeback, Urgency};
 use writeback::{release_reservations, sync_size_and_inode};
+pub(crate) use writeback::{write_back_unlocked, writeback, Urgency};
 
 use crate::blockmap;
 use crate::error::{FsError, FsResult};
@@ -54,20 +57,15 @@ fn check_regular(op: &Op, ino: u32) -> FsResult<()> {
     Ok(())
 }
 
-/// Makes `ino` ready to be durable: writes back its data (and metadata unless
-/// `datasync`); returns the transaction to wait for, whether a flush is needed, and the
-/// data writes the caller must finish (with the lock released) before either.
-pub(crate) fn prepare_sync(
-    op: &mut Op,
-    ino: u32,
-    datasync: bool,
-) -> FsResult<(Option<Tid>, bool, DataInFlight)> {
+/// Makes `ino` (the only inode `op` holds) ready to be durable: writes back its data
+/// (and metadata unless `datasync`), after any writeback of it already under way, with
+/// the inode released while data transfers; returns the transaction to wait for and
+/// whether a flush is needed.
+pub(crate) fn prepare_sync(op: &mut Op, ino: u32, datasync: bool) -> FsResult<(Option<Tid>, bool)> {
     let fs = op.fs;
-    let in_flight = if fs.is_read_only() {
-        DataInFlight::default()
-    } else {
-        issue_writeback(op, ino, !datasync)?.1
-    };
+    if !fs.is_read_only() {
+        writeback(op, ino, !datasync)?;
+    }
     let committed = fs.journal.committed_tid();
     let info = op.inode_mut(ino);
     // A directory's entries are its data: fdatasync of a directory must make them durable
@@ -80,7 +78,7 @@ pub(crate) fn prepare_sync(
     };
     let tid = wanted.filter(|t| !tid_geq(committed, *t));
     let flush = std::mem::take(&mut info.unflushed_data);
-    Ok((tid, flush, in_flight))
+    Ok((tid, flush))
 }
 
 fn later_tid(a: Option<Tid>, b: Option<Tid>) -> Option<Tid> {
@@ -96,12 +94,14 @@ fn zero_in_page(op: &mut Op, ino: u32, index: u64, from: usize, to: usize) -> Fs
     let fs = op.fs;
     let raw = op.inode(ino).raw.clone();
     let written = blockmap::lookup(fs, ino, &raw, index as u32)?.is_some_and(|e| !e.unwritten);
-    let dirty = fs
+    // A page in flight is data too: its block is marked written only once the write
+    // transferred.
+    let has_data = fs
         .pages
         .lock()
         .get(ino, index)
-        .is_some_and(|p| p.is_dirty());
-    if written || dirty {
+        .is_some_and(|p| p.is_dirty() || p.in_writeback());
+    if written || has_data {
         page_data(op, ino, index)?;
         fs.pages.lock().modify(ino, index, |p| p[from..to].fill(0));
     } else {

@@ -1,19 +1,23 @@
 //! Writeback: dirty pages of a file get blocks, in contiguous runs for consecutive pages,
-//! and their data is written while the handle that maps them is still open, so the
-//! transaction cannot commit before the data was sent (data=ordered); the commit's
-//! preflush then makes both durable. With data=journal the pages go through the journal.
+//! and their data is written with no journal handle open (see [`super::DataInFlight`]):
+//! the blocks of holes are allocated unwritten in a short handle, the data goes to the
+//! device with the inode released, and a second short handle marks the blocks written
+//! and grows the on-disk size once the data transferred. With data=journal the pages go
+//! through the journal, in the handle that maps them.
 //!
-//! Data writes go in flight ([`super::DataInFlight`]): the last batch's writes, and the
-//! handle that maps their blocks, come back to the caller, who may wait for them with the
-//! inode released (fsync does); earlier batches are waited for before the next handle
-//! starts.
+//! Each writeback owns the file's writeback ([`super::ownership`]) from before it looks at
+//! the dirty pages until its last batch is done, so that no two allocate blocks for one
+//! file's pages and an fsync that comes after a writeback finds its data on the device.
 //!
-//! Promises: the on-disk size only grows in the transaction that maps the data under it,
-//! so a crash never shows a file longer than what reached the disk. Must never write a
-//! page into a block another file may still own (blocks freed by uncommitted transactions
-//! are not reused).
+//! Promises: the on-disk size only grows in the transaction that marks written the data
+//! under it, so a crash never shows a file longer than what reached the disk; a block is
+//! marked written only after its data transferred. Must never write a page into a block
+//! another file may still own (blocks freed by uncommitted transactions are not reused),
+//! nor hold a handle or an inode lock while data transfers (exclusive operations excepted:
+//! they hold the file system alone).
 
-use super::DataInFlight;
+use super::ownership::Owned;
+use super::{DataInFlight, Run};
 use crate::blockmap;
 use crate::error::FsResult;
 use crate::op::{Op, Reach};
@@ -21,8 +25,9 @@ use crate::state::FsInner;
 use crate::tx::Tx;
 use jext_io::{IoFlags, WriteRequest};
 use jext_journal::Tid;
+use std::collections::HashSet;
 
-/// Pages written back in one transaction.
+/// Pages written back in one batch.
 const WRITEBACK_BATCH_PAGES: usize = 2048;
 
 /// Whether someone waits for a writeback now, which decides how its data writes queue at
@@ -45,23 +50,47 @@ impl Urgency {
     }
 }
 
-/// Writes back the dirty pages of `ino` (held by `op`; and, with `with_times`, its
-/// timestamps) and waits for the writes with it held; returns the last transaction used.
+/// Writes back the dirty pages of `ino` (held by `op`, and the only inode it holds unless
+/// the operation is exclusive; and, with `with_times`, its timestamps), waiting first for
+/// any writeback of the file under way; returns the last transaction used.
 pub(crate) fn writeback(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Option<Tid>> {
     let fs = op.fs;
-    let (tid, in_flight) = issue_writeback(op, ino, with_times)?;
-    in_flight.finish(fs)?;
-    Ok(tid)
+    let _owned = own_held(op, ino);
+    let dirty = fs.pages.lock().dirty_indices(ino);
+    let journal_data = fs.journals_data(&op.inode(ino).raw);
+    let mut tid = None;
+    for batch in batches(fs, journal_data, &dirty) {
+        tid = writeback_batch(op, ino, batch, Urgency::Sync)?.or(tid);
+        if !op.is_current(ino) {
+            // Deleted while its data transferred.
+            return Ok(tid);
+        }
+    }
+    Ok(write_back_metadata(op, ino, with_times)?.or(tid))
+}
+
+/// Owns the writeback of `ino`, which `op` holds; waits for the owner with `ino` released.
+fn own_held<'fs>(op: &mut Op<'fs>, ino: u32) -> Owned<'fs> {
+    let owners = &op.fs.writeback_owners;
+    if let Some(owned) = owners.try_own(ino) {
+        return owned;
+    }
+    assert!(
+        !op.is_exclusive(),
+        "nobody owns a writeback while an exclusive operation runs"
+    );
+    op.unlocked(ino, || owners.own(ino))
 }
 
 /// Writes back the pages of `ino` that are dirty when it starts, one batch per hold of its
-/// lock, each batch's data waited for with nothing locked: a large file's writeback
-/// (dirty throttling, the writeback thread, sync, a big fsync) holds up other operations
-/// on the file only while it plans each batch, never for the data's transfer. Pages
-/// dirtied after it started are left for the next writeback, so a writer that keeps
-/// dirtying the file cannot keep it going. With `with_times`, the inode's times (and a size
-/// past the data) are journaled at the end unless new pages were dirtied meanwhile, which
-/// leaves them to the next writeback. The caller holds no operation.
+/// lock and ownership, each batch's data transferring with nothing locked: a large file's
+/// writeback (dirty throttling, the writeback thread, sync, a big fsync) holds up other
+/// operations on the file only while it plans each batch and marks its blocks written,
+/// never for the data's transfer. Pages dirtied after it started are left for the next
+/// writeback, so a writer that keeps dirtying the file cannot keep it going. With
+/// `with_times`, the inode's times (and a size past the data) are journaled at the end
+/// unless new pages were dirtied meanwhile, which leaves them to the next writeback. The
+/// caller holds no operation.
 pub(crate) fn write_back_unlocked(
     fs: &FsInner,
     ino: u32,
@@ -80,30 +109,17 @@ pub(crate) fn write_back_unlocked(
         .map(<[u64]>::to_vec)
         .collect();
     for batch in batches {
-        let in_flight = {
-            let mut op = Op::shared(fs);
-            if !op.lock_if_cached(ino, Reach::First) {
-                return Ok(());
-            }
-            crate::tx::check_writable(fs)?;
-            // Another writeback (or a truncate) may have taken some of them meanwhile.
-            let still_dirty: Vec<u64> = {
-                let pages = fs.pages.lock();
-                batch
-                    .into_iter()
-                    .filter(|&i| pages.is_dirty(ino, i))
-                    .collect()
-            };
-            if still_dirty.is_empty() {
-                continue;
-            }
-            op.note_data_change(ino);
-            writeback_batch(&mut op, ino, &still_dirty, false, urgency)?.1
-        };
-        in_flight.finish(fs)?;
+        let mut op = Op::shared(fs);
+        let _owned = fs.writeback_owners.own(ino);
+        if !op.lock_if_cached(ino, Reach::First) {
+            return Ok(());
+        }
+        crate::tx::check_writable(fs)?;
+        writeback_batch(&mut op, ino, &batch, urgency)?;
     }
     if with_times {
         let mut op = Op::shared(fs);
+        let _owned = fs.writeback_owners.own(ino);
         if op.lock_if_cached(ino, Reach::First) && !fs.pages.lock().has_dirty(ino) {
             write_back_metadata(&mut op, ino, with_times)?;
         }
@@ -111,37 +127,10 @@ pub(crate) fn write_back_unlocked(
     Ok(())
 }
 
-/// [`writeback`], except that the last batch's data writes (and the handle mapping their
-/// blocks) are returned in flight for the caller to finish.
-pub(crate) fn issue_writeback(
-    op: &mut Op,
-    ino: u32,
-    with_times: bool,
-) -> FsResult<(Option<Tid>, DataInFlight)> {
-    let fs = op.fs;
-    let dirty = fs.pages.lock().dirty_indices(ino);
-    if !dirty.is_empty() {
-        op.note_data_change(ino);
-    }
-    let mut tid = None;
-    let mut in_flight = DataInFlight::default();
-    let journal_data = fs.journals_data(&op.inode(ino).raw);
-    for batch in batches(fs, journal_data, &dirty) {
-        // A handle held open by data in flight must stop before the next one starts.
-        std::mem::take(&mut in_flight).finish(fs)?;
-        let (batch_tid, batch_in_flight) =
-            writeback_batch(op, ino, batch, with_times, Urgency::Sync)?;
-        tid = batch_tid.or(tid);
-        in_flight = batch_in_flight;
-    }
-    if dirty.is_empty() {
-        tid = write_back_metadata(op, ino, with_times)?.or(tid);
-    }
-    Ok((tid, in_flight))
-}
-
-/// For a file with no dirty pages: journals a size change past the data (a hole) and,
-/// with `with_times`, changed times; returns the transaction, if one was needed.
+/// Journals a size change past the written data (a hole, or pages whose writeback is
+/// done) and, with `with_times`, changed times; returns the transaction, if one was
+/// needed. The size grows at most to the first page still dirty (one dirtied while the
+/// batches transferred): the disk never shows a size over data it does not have.
 fn write_back_metadata(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Option<Tid>> {
     let info = op.inode(ino);
     let size_unwritten = info.raw.size() != info.size && info.is_reg();
@@ -149,8 +138,11 @@ fn write_back_metadata(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Opti
     if !(size_unwritten || times) {
         return Ok(None);
     }
+    let bs = u64::from(op.fs.geo.block_size);
+    let first_dirty = op.fs.pages.lock().dirty_indices(ino).first().copied();
+    let written_end = first_dirty.map_or(u64::MAX, |index| index * bs);
     let mut tx = Tx::begin(op, 4)?;
-    let r = sync_size_and_inode(&mut tx, ino, u64::MAX);
+    let r = sync_size_and_inode(&mut tx, ino, written_end);
     tx.end(r).map(Some)
 }
 
@@ -169,8 +161,9 @@ pub(super) fn sync_size_and_inode(tx: &mut Tx, ino: u32, written_end: u64) -> Fs
     Ok(tx.tid())
 }
 
-/// Journal credits a writeback batch needs: a base for the inode and group blocks, some
-/// per run of pages (allocation, extent tree, bitmaps), and every page under data=journal.
+/// Journal credits a handle of a writeback batch needs: a base for the inode and group
+/// blocks, some per run of pages (allocation, extent tree, bitmaps), and every page under
+/// data=journal.
 fn batch_credits(runs: usize, pages: usize, journal_data: bool) -> u32 {
     16 + 12 * runs as u32 + if journal_data { pages as u32 } else { 0 }
 }
@@ -199,13 +192,14 @@ fn batches<'p>(fs: &FsInner, journal_data: bool, dirty: &'p [u64]) -> Vec<&'p [u
 }
 
 /// One state of a run of consecutive pages.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mapping {
     Hole,
     Unwritten(u64),
     Written(u64),
 }
 
+/// The mapping of page `index` and how many pages from it on share its state.
 fn mapping_at(
     fs: &FsInner,
     ino: u32,
@@ -226,49 +220,230 @@ fn mapping_at(
     })
 }
 
+/// The pieces of the runs `runs` as the block map has them: (first page, pages, mapping).
+fn mapped_pieces(
+    fs: &FsInner,
+    ino: u32,
+    raw: &crate::format::inode::Inode,
+    runs: &[(u64, u64)],
+) -> FsResult<Vec<(u64, u64, Mapping)>> {
+    let mut pieces: Vec<(u64, u64, Mapping)> = Vec::new();
+    for &(first, len) in runs {
+        let mut index = first;
+        while index < first + len {
+            let (mapping, left) = mapping_at(fs, ino, raw, index)?;
+            let n = left.max(1).min(first + len - index);
+            match pieces.last_mut() {
+                Some((start, count, Mapping::Hole))
+                    if mapping == Mapping::Hole && *start + *count == index =>
+                {
+                    *count += n
+                }
+                _ => pieces.push((index, n, mapping)),
+            }
+            index += n;
+        }
+    }
+    Ok(pieces)
+}
+
+/// Writes back the pages of `batch` still dirty (others may have been truncated or
+/// written back since it was planned) of `ino` (held by `op`, which owns its writeback);
+/// returns the last transaction used.
 fn writeback_batch(
     op: &mut Op,
     ino: u32,
-    pages: &[u64],
-    with_times: bool,
+    batch: &[u64],
     urgency: Urgency,
-) -> FsResult<(Option<Tid>, DataInFlight)> {
+) -> FsResult<Option<Tid>> {
     let fs = op.fs;
+    let pages: Vec<u64> = {
+        let cache = fs.pages.lock();
+        batch
+            .iter()
+            .copied()
+            .filter(|&i| cache.is_dirty(ino, i))
+            .collect()
+    };
+    if pages.is_empty() {
+        return Ok(None);
+    }
+    op.note_data_change(ino);
+    let runs = consecutive_runs(&pages);
+    let bs = u64::from(fs.geo.block_size);
+    let batch_end = (pages.last().copied().unwrap_or(0) + 1) * bs;
+    if fs.journals_data(&op.inode(ino).raw) {
+        return journal_batch(op, ino, &runs, batch_end).map(Some);
+    }
+    let allocated = allocate_unwritten(op, ino, &runs)?;
+    let mut in_flight = issue_data(op, ino, &runs, urgency)?;
+    let transferred = if op.holds_only(ino) {
+        op.unlocked(ino, || in_flight.wait())
+    } else {
+        in_flight.wait()
+    };
+    if let Err(err) = transferred {
+        in_flight.release(fs, |_| true);
+        return Err(err);
+    }
+    if !op.is_current(ino) {
+        // Deleted meanwhile: its pages and blocks are gone with it.
+        in_flight.release(fs, |_| false);
+        return Ok(allocated);
+    }
+    op.note_data_change(ino);
+    match mark_written(op, ino, &in_flight, batch_end) {
+        Ok((tid, redirty)) => {
+            in_flight.release(fs, |page| redirty.contains(&page.index));
+            Ok(tid.or(allocated))
+        }
+        Err(err) => {
+            in_flight.release(fs, |_| true);
+            Err(err)
+        }
+    }
+}
+
+/// Allocates unwritten blocks for the holes under `runs`, in a handle of its own that
+/// stops at once (unwritten blocks read as zeros, so no data is ordered before its
+/// commit); the transaction, if there were holes.
+fn allocate_unwritten(op: &mut Op, ino: u32, runs: &[(u64, u64)]) -> FsResult<Option<Tid>> {
     let raw = op.inode(ino).raw.clone();
-    let journal_data = fs.journals_data(&raw);
-    let runs = consecutive_runs(pages);
-    let last_end = (pages.last().copied().unwrap_or(0) + 1) * u64::from(fs.geo.block_size);
-    let info = &op.inode(ino);
-    let grows = info.raw.size() < info.size.min(last_end);
-    // Decided by the block map itself: a page over a hole needs a block whether or not it
-    // holds a reservation.
-    let (mut needs_blocks, mut any_unwritten) = (false, false);
-    for &(first, len) in &runs {
-        let mut i = first;
-        while i < first + len {
-            let (m, left) = mapping_at(fs, ino, &raw, i)?;
-            needs_blocks |= m == Mapping::Hole;
-            any_unwritten |= matches!(m, Mapping::Unwritten(_));
-            i += left.max(1);
-        }
+    let holes: Vec<(u64, u64)> = mapped_pieces(op.fs, ino, &raw, runs)?
+        .into_iter()
+        .filter(|&(_, _, mapping)| mapping == Mapping::Hole)
+        .map(|(index, count, _)| (index, count))
+        .collect();
+    if holes.is_empty() {
+        return Ok(None);
     }
-    // Times only need a handle when they changed since the inode was last journaled.
-    let times = with_times && info.dirty;
-    if !(needs_blocks || any_unwritten || journal_data || grows || times) {
-        // Pure overwrite of mapped blocks: no metadata changes, no handle.
-        let in_flight = write_pages_in_place(op, ino, &raw, &runs, urgency)?;
-        op.inode_mut(ino).unflushed_data = true;
-        return Ok((None, in_flight));
-    }
-    let mut tx = Tx::begin(op, batch_credits(runs.len(), pages.len(), journal_data))?;
+    let mut tx = Tx::begin(op, batch_credits(holes.len(), 0, false))?;
+    let tid = tx.tid();
     let r = (|| {
-        for &(first, len) in &runs {
-            write_run(&mut tx, ino, first, len, journal_data, urgency)?;
+        for &(index, count) in &holes {
+            blockmap::allocate(&mut tx, ino, index as u32, count as u32, true)?;
+            release_reservations(&mut tx, ino, index, count);
         }
-        sync_size_and_inode(&mut tx, ino, last_end)
+        Ok(())
     })();
-    let (tid, in_flight) = tx.end_with_data_in_flight(r)?;
-    Ok((Some(tid), in_flight))
+    tx.end(r).map(|()| Some(tid))
+}
+
+/// Issues the data writes of `runs`, whose pages all have blocks now; notes the runs
+/// written into unwritten blocks, to be marked written once the data transferred.
+fn issue_data(
+    op: &mut Op,
+    ino: u32,
+    runs: &[(u64, u64)],
+    urgency: Urgency,
+) -> FsResult<DataInFlight> {
+    let fs = op.fs;
+    let bs = u64::from(fs.geo.block_size);
+    let raw = op.inode(ino).raw.clone();
+    // Every lookup (which may fail) before any page goes in flight: a page marked clean
+    // and in flight but never sent would be lost.
+    let pieces = mapped_pieces(fs, ino, &raw, runs)?;
+    let mut in_flight = DataInFlight::default();
+    let mut requests = Vec::new();
+    let mut pages = Vec::new();
+    let mut in_place = false;
+    let mut cache = fs.pages.lock();
+    for (index, count, mapping) in pieces {
+        let (phys, unwritten) = match mapping {
+            Mapping::Unwritten(phys) => (phys, true),
+            Mapping::Written(phys) => (phys, false),
+            Mapping::Hole => unreachable!("the batch's holes were just allocated"),
+        };
+        for i in 0..count {
+            let page = cache
+                .start_writeback(ino, index + i)
+                .expect("a batch's pages are cached and dirty while it owns the file");
+            requests.push(WriteRequest::new(
+                (phys + i) * bs,
+                page.data.clone(),
+                urgency.io_flags(),
+            ));
+            pages.push(page);
+        }
+        match unwritten {
+            true => in_flight.to_mark_written.push(Run { index, phys, count }),
+            false => in_place = true,
+        }
+    }
+    drop(cache);
+    in_flight.add(fs.io.submit(requests), pages);
+    if in_place {
+        // An overwrite in place is in no transaction: fsync flushes for it.
+        op.inode_mut(ino).unflushed_data = true;
+    }
+    Ok(in_flight)
+}
+
+/// Once the batch's data transferred: marks written the blocks it went to and grows the
+/// on-disk size over them, in one short handle. A page is marked only if it is still the
+/// page written (not dropped by a truncate or a punched hole meanwhile) over the same
+/// unwritten block; a page whose block changed under it is dirtied again, with every
+/// page after it in the batch, and the size stops before it. Returns the transaction,
+/// if one was needed, and the pages to dirty again.
+fn mark_written(
+    op: &mut Op,
+    ino: u32,
+    in_flight: &DataInFlight,
+    batch_end: u64,
+) -> FsResult<(Option<Tid>, HashSet<u64>)> {
+    let fs = op.fs;
+    let bs = u64::from(fs.geo.block_size);
+    let current: HashSet<u64> = {
+        let cache = fs.pages.lock();
+        in_flight
+            .pages()
+            .iter()
+            .filter(|page| cache.is_current(page))
+            .map(|page| page.index)
+            .collect()
+    };
+    let raw = op.inode(ino).raw.clone();
+    let mut first_moved = u64::MAX;
+    for run in &in_flight.to_mark_written {
+        let pieces = mapped_pieces(fs, ino, &raw, &[(run.index, run.count)])?;
+        for (index, count, mapping) in pieces {
+            let expected = Mapping::Unwritten(run.phys + (index - run.index));
+            let moved = (index..index + count).find(|i| current.contains(i));
+            if let (true, Some(i)) = (mapping != expected, moved) {
+                first_moved = first_moved.min(i);
+            }
+        }
+    }
+    let redirty: HashSet<u64> = current
+        .iter()
+        .copied()
+        .filter(|&i| i >= first_moved)
+        .collect();
+    let written_end = batch_end.min(first_moved.saturating_mul(bs));
+    let marked: Vec<u64> = in_flight
+        .to_mark_written
+        .iter()
+        .flat_map(|run| run.index..run.index + run.count)
+        .filter(|i| *i < first_moved && current.contains(i))
+        .collect();
+    let to_mark = consecutive_runs(&marked);
+    let info = op.inode(ino);
+    let grows = info.raw.size() < info.size.min(written_end);
+    if to_mark.is_empty() && !grows {
+        return Ok((None, redirty));
+    }
+    let mut tx = Tx::begin(op, batch_credits(to_mark.len(), 0, false))?;
+    let r = (|| {
+        for &(index, count) in &to_mark {
+            blockmap::mark_written(&mut tx, ino, index as u32, index + count)?;
+        }
+        // data=writeback promises no order between data and the commit that maps it.
+        if !to_mark.is_empty() && fs.options.data_mode != crate::options::DataMode::Writeback {
+            tx.note_ordered_data();
+        }
+        sync_size_and_inode(&mut tx, ino, written_end)
+    })();
+    tx.end(r).map(|tid| (Some(tid), redirty))
 }
 
 /// (first index, length) of each run of consecutive indices.
@@ -283,114 +458,41 @@ fn consecutive_runs(indices: &[u64]) -> Vec<(u64, u64)> {
     runs
 }
 
-fn write_pages_in_place(
-    op: &mut Op,
-    ino: u32,
-    raw: &crate::format::inode::Inode,
-    runs: &[(u64, u64)],
-    urgency: Urgency,
-) -> FsResult<DataInFlight> {
-    let fs = op.fs;
-    let bs = u64::from(fs.geo.block_size);
-    // Every lookup (which may fail) before any page goes in flight: a page marked clean
-    // and in flight but never sent would be lost.
-    let mut blocks = Vec::new();
-    for &(first, len) in runs {
-        for index in first..first + len {
-            let (Mapping::Written(phys), _) = mapping_at(fs, ino, raw, index)? else {
-                unreachable!("only mapped pages are written in place");
-            };
-            blocks.push((index, phys));
+/// data=journal (or a `chattr +j` file): the batch's pages go into the journal in the
+/// handle that maps their blocks, so mapping and data commit together; no data write.
+fn journal_batch(op: &mut Op, ino: u32, runs: &[(u64, u64)], batch_end: u64) -> FsResult<Tid> {
+    let pages = runs.iter().map(|&(_, len)| len as usize).sum();
+    let mut tx = Tx::begin(op, batch_credits(runs.len(), pages, true))?;
+    let r = (|| {
+        for &(first, len) in runs {
+            journal_run(&mut tx, ino, first, len)?;
         }
-    }
-    let mut requests = Vec::new();
-    let mut pages = Vec::new();
-    let mut cache = fs.pages.lock();
-    for (index, phys) in blocks {
-        let page = cache
-            .start_writeback(ino, index)
-            .expect("dirty pages are cached");
-        requests.push(WriteRequest::new(
-            phys * bs,
-            page.data.clone(),
-            urgency.io_flags(),
-        ));
-        pages.push(page);
-    }
-    drop(cache);
-    let mut in_flight = DataInFlight::default();
-    in_flight.add(fs.io.submit(requests), pages);
-    Ok(in_flight)
+        sync_size_and_inode(&mut tx, ino, batch_end)
+    })();
+    tx.end(r)
 }
 
-/// Writes one run of dirty pages, allocating or converting blocks as needed.
-fn write_run(
-    tx: &mut Tx,
-    ino: u32,
-    first: u64,
-    len: u64,
-    journal_data: bool,
-    urgency: Urgency,
-) -> FsResult<()> {
-    let mut index = first;
-    while index < first + len {
-        let raw = tx.raw_inode(ino)?;
-        let (mapping, left) = mapping_at(tx.fs, ino, &raw, index)?;
-        let n = match mapping {
+/// Journals one run of dirty pages, allocating or converting blocks as needed.
+fn journal_run(tx: &mut Tx, ino: u32, first: u64, len: u64) -> FsResult<()> {
+    let raw = tx.raw_inode(ino)?;
+    for (index, count, mapping) in mapped_pieces(tx.fs, ino, &raw, &[(first, len)])? {
+        match mapping {
             Mapping::Hole => {
-                let hole = hole_len(tx, ino, &raw, index, first + len)?;
-                let placed = blockmap::allocate(tx, ino, index as u32, hole as u32, false)?;
-                release_reservations(tx, ino, index, hole);
+                let placed = blockmap::allocate(tx, ino, index as u32, count as u32, false)?;
+                release_reservations(tx, ino, index, count);
                 for e in placed {
-                    let run = Run {
-                        index: u64::from(e.logical),
-                        phys: e.start,
-                        count: u64::from(e.len),
-                    };
-                    put_data(tx, ino, run, journal_data, true, urgency)?;
+                    let logical = u64::from(e.logical);
+                    journal_pages(tx, ino, logical, e.start, u64::from(e.len))?;
                 }
-                hole
             }
             Mapping::Unwritten(phys) => {
-                let n = left.min(first + len - index);
-                let run = Run {
-                    index,
-                    phys,
-                    count: n,
-                };
-                put_data(tx, ino, run, journal_data, true, urgency)?;
-                blockmap::mark_written(tx, ino, index as u32, index + n)?;
-                n
+                journal_pages(tx, ino, index, phys, count)?;
+                blockmap::mark_written(tx, ino, index as u32, index + count)?;
             }
-            Mapping::Written(phys) => {
-                let n = left.min(first + len - index);
-                let run = Run {
-                    index,
-                    phys,
-                    count: n,
-                };
-                put_data(tx, ino, run, journal_data, false, urgency)?;
-                n
-            }
-        };
-        index += n;
+            Mapping::Written(phys) => journal_pages(tx, ino, index, phys, count)?,
+        }
     }
     Ok(())
-}
-
-/// Length of the hole at `index`, up to `limit`.
-fn hole_len(
-    tx: &mut Tx,
-    ino: u32,
-    raw: &crate::format::inode::Inode,
-    index: u64,
-    limit: u64,
-) -> FsResult<u64> {
-    let mut end = index + 1;
-    while end < limit && blockmap::lookup(tx.fs, ino, raw, end as u32)?.is_none() {
-        end += 1;
-    }
-    Ok(end - index)
 }
 
 pub(super) fn release_reservations(tx: &mut Tx, ino: u32, first: u64, count: u64) {
@@ -404,74 +506,29 @@ pub(super) fn release_reservations(tx: &mut Tx, ino: u32, first: u64, count: u64
     tx.fs.alloc.totals.lock().reserved_blocks -= released;
 }
 
-/// `count` pages from page `index` on, going to blocks from `phys` on.
-#[derive(Clone, Copy)]
-struct Run {
-    index: u64,
-    phys: u64,
-    count: u64,
-}
-
-/// Sends a run of pages to its blocks: written in place (before the handle stops, which
-/// orders them before the commit), or journaled. `newly_mapped`: this transaction maps
-/// the blocks (allocated, or unwritten made written), so its commit must not reach the
-/// disk before their data (data=ordered); an overwrite of mapped blocks exposes nothing
-/// stale whatever the order.
-fn put_data(
-    tx: &mut Tx,
-    ino: u32,
-    run: Run,
-    journal_data: bool,
-    newly_mapped: bool,
-    urgency: Urgency,
-) -> FsResult<()> {
-    let Run { index, phys, count } = run;
-    let bs = u64::from(tx.fs.geo.block_size);
-    let mut requests = Vec::new();
-    let mut pages = Vec::new();
+/// Journals `count` pages from page `index` on as the new contents of the blocks from
+/// `phys` on.
+fn journal_pages(tx: &mut Tx, ino: u32, index: u64, phys: u64, count: u64) -> FsResult<()> {
     for i in 0..count {
         let block = phys + i;
-        if journal_data {
-            let data = tx
-                .fs
-                .pages
-                .lock()
-                .get(ino, index + i)
-                .map(|p| p.data().clone());
-            let Some(data) = data else {
-                continue;
-            };
-            let buf = match tx.fs.cache.peek(block) {
-                Some(buf) => buf,
-                None => tx.fs.cache.get_new(block),
-            };
-            tx.modify_buf(&buf, |b| b.copy_from_slice(&data))?;
-            // The data now lives in this transaction: fdatasync must wait for it even
-            // when nothing else about the file changed (an overwrite in place).
-            tx.mark_datasync(ino);
-            tx.fs.pages.lock().mark_clean(ino, index + i);
-        } else {
-            let page = tx
-                .fs
-                .pages
-                .lock()
-                .start_writeback(ino, index + i)
-                .expect("the pages of a run are cached and dirty");
-            requests.push(WriteRequest::new(
-                block * bs,
-                page.data.clone(),
-                IoFlags::ORDERED | urgency.io_flags(),
-            ));
-            pages.push(page);
-        }
-    }
-    if !requests.is_empty() {
-        let ticket = tx.fs.io.submit(requests);
-        tx.data_in_flight(ticket, pages);
-        // data=writeback promises no order between data and the commit that maps it.
-        if newly_mapped && tx.fs.options.data_mode != crate::options::DataMode::Writeback {
-            tx.note_ordered_data();
-        }
+        let data = tx
+            .fs
+            .pages
+            .lock()
+            .get(ino, index + i)
+            .map(|p| p.data().clone());
+        let Some(data) = data else {
+            continue;
+        };
+        let buf = match tx.fs.cache.peek(block) {
+            Some(buf) => buf,
+            None => tx.fs.cache.get_new(block),
+        };
+        tx.modify_buf(&buf, |b| b.copy_from_slice(&data))?;
+        // The data now lives in this transaction: fdatasync must wait for it even when
+        // nothing else about the file changed (an overwrite in place).
+        tx.mark_datasync(ino);
+        tx.fs.pages.lock().mark_clean(ino, index + i);
     }
     Ok(())
 }
