@@ -372,8 +372,12 @@ fn htree_lookup(fs: &FsInner, ino: u32, raw: &Inode, name: &[u8]) -> FsResult<Op
 }
 
 /// Entries a readdir batch aims at: enough to fill a FUSE reply, few enough that each
-/// call reads a handful of blocks however large the directory is.
-pub(crate) const READDIR_BATCH_ENTRIES: usize = 256;
+/// call reads a handful of blocks however large the directory is. A READDIR reply is as
+/// large as the reader's buffer (32 KiB for glibc's `readdir`), about 1,000 short names;
+/// each batch also walks again the leaf where the last one stopped (a cookie names a hash,
+/// and the leaf holding it may hold nothing after it), so fewer, larger batches list a
+/// large directory with fewer leaves walked twice.
+pub(crate) const READDIR_BATCH_ENTRIES: usize = 1024;
 
 /// Lists every entry from `cookie` on (0 starts at the beginning).
 pub(crate) fn list(fs: &FsInner, ino: u32, raw: &Inode, cookie: u64) -> FsResult<Vec<Listed>> {
@@ -432,7 +436,9 @@ fn cookie_major(cookie: u64) -> u32 {
 /// Lists an indexed directory from `cookie`: descends to the leaf holding the cookie's
 /// hash and walks leaves in hash order. A batch ends only where the next leaf starts a
 /// new hash (bit 0 of its index hash clear), so a run of equal hashes spread over leaves
-/// is always listed, and sorted, within one batch.
+/// is always listed, and sorted, within one batch; its last entry's `next_cookie` is then
+/// that leaf's first hash position, so the next batch starts there instead of walking
+/// (and hashing) again the leaf this one ended with.
 fn htree_list(
     fs: &FsInner,
     ino: u32,
@@ -457,8 +463,7 @@ fn htree_list(
         }
     }
     dx_seek(fs, ino, raw, &mut path, cookie_major(cookie))?;
-    let mut rest = Vec::new();
-    loop {
+    let next_leaf_major = loop {
         let logical = path.leaf();
         let (phys, bytes) = read_checked(fs, ino, raw, logical, Kind::Leaf)?;
         // Names are copied only for the entries listed: most of a leaf may lie before
@@ -472,7 +477,7 @@ fn htree_list(
                 Ok((major, minor)) => {
                     let key = hash_cookie(major, minor);
                     if key >= cookie {
-                        rest.push(Listed {
+                        out.push(Listed {
                             ino: e.inode,
                             file_type: e.file_type,
                             name: e.name.to_vec(),
@@ -487,13 +492,19 @@ fn htree_list(
             return Err(err);
         }
         match dx_next(fs, ino, raw, &mut path)? {
-            None => break,
-            Some(next) if next & 1 == 0 && out.len() + rest.len() >= at_least => break,
+            None => break None,
+            Some(next) if next & 1 == 0 && out.len() >= at_least => break Some(next),
             Some(_) => {}
         }
+    };
+    // "." and ".." (cookies 1 and 2) sort before every hash (3 and up). Unstable: no two
+    // entries share a cookie but in a hash collision, whose order no cookie could keep.
+    out.sort_unstable_by_key(|l| l.next_cookie);
+    if let (Some(major), Some(last)) = (next_leaf_major, out.last_mut()) {
+        // Every name before that leaf hashes below `major`, every name in it or after at
+        // or above: the position is past the last entry and at or before the next.
+        last.next_cookie = last.next_cookie.max(hash_cookie(major, 0));
     }
-    rest.sort_by_key(|l| l.next_cookie);
-    out.extend(rest);
     Ok(out)
 }
 
@@ -559,11 +570,7 @@ fn write_leaf(tx: &mut Tx, ino: u32, phys: u64, entries: &[RawEntry]) -> FsResul
     let raw = tx.raw_inode(ino)?;
     let seed = seed(tx.fs, ino, &raw);
     tx.modify(phys, |b| {
-        dirent::init_empty_block(b, with_tail);
-        for e in entries {
-            dirent::insert(b, with_tail, e.inode, e.file_type, &e.name)
-                .expect("split entries fit a leaf");
-        }
+        dirent::pack_block(b, with_tail, entries);
         if let Some(seed) = seed {
             dirent::set_checksum(b, seed);
         }
@@ -580,18 +587,20 @@ fn insert_into(
     file_type: u8,
 ) -> FsResult<bool> {
     let needed = dirent::entry_size(name.len());
-    let raw = tx.raw_inode(ino)?;
-    let mut room = false;
+    let mut room = None;
     visit_leaf(tx.fs, ino, phys, bytes, |e| {
-        room |= e.rec_len - e.used_size() >= needed;
+        if room.is_none() && e.rec_len - e.used_size() >= needed {
+            room = Some(e.offset);
+        }
     })?;
-    if !room {
+    let Some(offset) = room else {
         return Ok(false);
-    }
-    let with_tail = tail(tx.fs);
+    };
+    let raw = tx.raw_inode(ino)?;
     let seed = seed(tx.fs, ino, &raw);
     tx.modify(phys, |b| {
-        dirent::insert(b, with_tail, child, file_type, name).expect("room was checked");
+        // The inode lock held over this operation kept the block as `bytes` showed it.
+        dirent::insert_at(b, offset, child, file_type, name);
         if let Some(seed) = seed {
             dirent::set_checksum(b, seed);
         }
