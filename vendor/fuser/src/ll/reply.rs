@@ -385,7 +385,9 @@ impl EntListBuf {
     pub(crate) fn new(max_size: usize) -> Self {
         Self {
             max_size,
-            buf: ResponseBuf::new(),
+            // jext patch: the whole reply at once; grown entry by entry, a 32 KiB READDIR
+            // reply was reallocated and copied a dozen times (a third of a large listing).
+            buf: ResponseBuf::with_capacity(max_size),
         }
     }
 
