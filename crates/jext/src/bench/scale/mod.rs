@@ -272,12 +272,16 @@ fn dir_image_bytes(entries: usize) -> u64 {
 
 /// `clean` or `exit N` from `e2fsck -fn`.
 fn e2fsck_verdict(img: &Path) -> io::Result<String> {
-    let (code, _) = e2fsck(img)?;
-    Ok(if code == 0 {
-        "clean".into()
-    } else {
-        format!("exit {code}")
-    })
+    let (code, output) = e2fsck(img)?;
+    if code == 0 {
+        return Ok("clean".into());
+    }
+    // The image is removed with the run: what e2fsck said goes to the log.
+    eprintln!(
+        "jext bench scale: e2fsck -fn {} exited {code}:\n{output}",
+        img.display()
+    );
+    Ok(format!("exit {code}"))
 }
 
 /// Creation rates at the start and the end, and the time to list.
@@ -495,10 +499,15 @@ fn fsck_row(img: &Path) -> io::Result<String> {
     ))
 }
 
+/// `e2fsck -fn`'s exit code and what it printed (stdout, then stderr).
 fn e2fsck(img: &Path) -> io::Result<(i32, String)> {
     let out = Command::new("e2fsck").arg("-fn").arg(img).output()?;
     Ok((
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
     ))
 }
