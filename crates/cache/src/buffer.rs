@@ -1,4 +1,11 @@
 //! The buffer cache: file system blocks as shared [`JBuf`]s, read through the IO queue.
+//!
+//! A block read through [`BufferCache::get_checked`] is shown to its caller's check
+//! (a checksum, a structure) once while it stays cached: its bytes change only through
+//! this process's journal handles, whose every change rewrites the checksum, so a copy
+//! that passed once passes again. In debug builds every read is checked anyway, so that
+//! the test suite catches a change that forgot its checksum. Must never trust a block
+//! that re-entered the cache (evicted, forgotten, newly allocated) without a new check.
 
 use jext_device::DeviceError;
 use jext_io::IoQueue;
@@ -18,6 +25,9 @@ pub struct BufferCacheStats {
 struct Entry {
     buf: Arc<JBuf>,
     last_used: u64,
+    /// What the cached bytes passed (see [`BufferCache::get_checked`]); `None` until the
+    /// first check.
+    checked_as: Option<u64>,
 }
 
 struct Inner {
@@ -67,7 +77,7 @@ impl BufferCache {
 
     /// The buffer for `block`, read from the device on a miss.
     pub fn get(&self, block: u64) -> Result<Arc<JBuf>, DeviceError> {
-        if let Some(buf) = self.lookup(block) {
+        if let Some((buf, _)) = self.lookup(block) {
             return Ok(buf);
         }
         let committed = self
@@ -91,9 +101,39 @@ impl BufferCache {
         let entry = inner.map.entry(block).or_insert_with(|| Entry {
             buf: Arc::new(JBuf::new(block, data)),
             last_used: clock,
+            checked_as: None,
         });
         let buf = entry.buf.clone();
         self.evict_if_full(&mut inner);
+        Ok(buf)
+    }
+
+    /// The buffer for `block` (read on a miss), its bytes shown to `check` unless they
+    /// passed a check of the same `kind` since they came into the cache. `kind` is the
+    /// caller's name for what `check` checks (a block type and checksum seed, say): a
+    /// block checked as one kind is checked again when read as another.
+    pub fn get_checked<E: From<DeviceError>>(
+        &self,
+        block: u64,
+        kind: u64,
+        check: impl FnOnce(&[u8]) -> Result<(), E>,
+    ) -> Result<Arc<JBuf>, E> {
+        let buf = match self.lookup(block) {
+            Some((buf, Some(checked))) if checked == kind && !cfg!(debug_assertions) => {
+                return Ok(buf)
+            }
+            Some((buf, _)) => buf,
+            None => self.get(block)?,
+        };
+        buf.read(check)?;
+        let mut inner = self.inner.lock();
+        // Only the copy that was checked: the block may have been forgotten or replaced
+        // by a newly allocated one meanwhile.
+        if let Some(entry) = inner.map.get_mut(&block) {
+            if Arc::ptr_eq(&entry.buf, &buf) {
+                entry.checked_as = Some(kind);
+            }
+        }
         Ok(buf)
     }
 
@@ -109,6 +149,7 @@ impl BufferCache {
             Entry {
                 buf: buf.clone(),
                 last_used,
+                checked_as: None,
             },
         );
         self.evict_if_full(&mut inner);
@@ -140,15 +181,16 @@ impl BufferCache {
         Self::evict_down_to(&mut inner, keep_blocks);
     }
 
-    fn lookup(&self, block: u64) -> Option<Arc<JBuf>> {
+    /// A hit's buffer and what its bytes were checked as.
+    fn lookup(&self, block: u64) -> Option<(Arc<JBuf>, Option<u64>)> {
         let mut inner = self.inner.lock();
         inner.clock += 1;
         let clock = inner.clock;
         let entry = inner.map.get_mut(&block)?;
         entry.last_used = clock;
-        let buf = entry.buf.clone();
+        let found = (entry.buf.clone(), entry.checked_as);
         inner.stats.hits += 1;
-        Some(buf)
+        Some(found)
     }
 
     fn evict_if_full(&self, inner: &mut Inner) {
@@ -186,7 +228,7 @@ impl BufferCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jext_device::{BlockDevice, SimDevice};
+    use jext_device::{BlockDevice, DeviceOp, SimDevice};
 
     fn cache(capacity_blocks: usize) -> (Arc<SimDevice>, BufferCache) {
         let dev = Arc::new(SimDevice::new(1 << 20));
@@ -237,5 +279,49 @@ mod tests {
         assert!(Arc::ptr_eq(&fresh, &cache.get(3).unwrap()));
         cache.forget(3);
         assert!(cache.peek(3).is_none());
+    }
+
+    /// Counts the checks `get_checked` runs for one kind of block.
+    fn checked(cache: &BufferCache, block: u64, kind: u64, checks: &mut u32) {
+        cache
+            .get_checked(block, kind, |_| {
+                *checks += 1;
+                Ok::<(), DeviceError>(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn a_cached_block_is_checked_once_per_kind_until_it_leaves_the_cache() {
+        let (_dev, cache) = cache(64);
+        let mut checks = 0;
+        checked(&cache, 5, 1, &mut checks);
+        checked(&cache, 5, 1, &mut checks);
+        // Debug builds check every read (see the module comment).
+        let per_read = u32::from(cfg!(debug_assertions));
+        assert_eq!(checks, 1 + per_read, "trusted after one check");
+        checked(&cache, 5, 2, &mut checks);
+        assert_eq!(checks, 2 + per_read, "another kind is checked anew");
+        cache.forget(5);
+        checked(&cache, 5, 2, &mut checks);
+        assert_eq!(checks, 3 + per_read, "a block read again is checked again");
+        cache.get_new(5);
+        checked(&cache, 5, 2, &mut checks);
+        assert_eq!(checks, 4 + per_read, "a newly allocated block is checked");
+        let failed = cache.get_checked(6, 1, |_| {
+            Err(DeviceError::media(
+                DeviceOp::Read,
+                6 * 1024,
+                1024,
+                "bad checksum",
+            ))
+        });
+        assert!(failed.is_err());
+        let mut after_failure = 0;
+        checked(&cache, 6, 1, &mut after_failure);
+        assert_eq!(
+            after_failure, 1,
+            "a failed check leaves the block unchecked"
+        );
     }
 }

@@ -289,6 +289,25 @@ pub fn init_dot_block(
     }
 }
 
+/// A block holding exactly `entries` (their inode, type and name; offsets and `rec_len`s
+/// are chosen here), packed from the start in order, the last record taking the slack:
+/// one pass, where inserting them one by one walks the block once per name. Panics if
+/// they do not fit (the caller split a block that held them).
+pub fn pack_block(block: &mut [u8], has_tail: bool, entries: &[RawEntry]) {
+    init_empty_block(block, has_tail);
+    let end = entries_end(block.len(), has_tail);
+    let mut offset = 0;
+    for (i, e) in entries.iter().enumerate() {
+        let rec_len = if i + 1 == entries.len() {
+            end - offset
+        } else {
+            entry_size(e.name.len())
+        };
+        write_entry(block, offset, e.inode, rec_len, e.file_type, &e.name);
+        offset += rec_len;
+    }
+}
+
 /// The checksum a block with a tail should carry.
 pub fn compute_checksum(block: &[u8], inode_seed: u32) -> u32 {
     crc32c_raw(inode_seed, &block[..block.len() - TAIL_SIZE])
@@ -330,40 +349,37 @@ pub fn insert(
         block: 0,
         ino: None,
     };
-    // The first record with room: (offset, inode, rec_len, file_type, its name).
-    let mut fit: Option<(usize, u32, usize, u8, [u8; MAX_NAME_LEN], usize)> = None;
+    let mut fit = None;
     for_each_entry(block, has_tail, location, |e| {
         if fit.is_none() && e.rec_len - e.used_size() >= needed {
-            let mut kept = [0u8; MAX_NAME_LEN];
-            kept[..e.name.len()].copy_from_slice(e.name);
-            fit = Some((
-                e.offset,
-                e.inode,
-                e.rec_len,
-                e.file_type,
-                kept,
-                e.name.len(),
-            ));
+            fit = Some(e.offset);
         }
     })
     .expect("insert into a block that does not parse");
-    let (offset, old_inode, rec_len, old_type, old_name, old_len) = fit?;
-    if old_inode == 0 {
-        write_entry(block, offset, inode, rec_len, file_type, name);
-        return Some(offset);
-    }
-    let used = entry_size(old_len);
-    write_entry(
-        block,
-        offset,
-        old_inode,
-        used,
-        old_type,
-        &old_name[..old_len],
+    Some(insert_at(block, fit?, inode, file_type, name))
+}
+
+/// Inserts a record into the slack of the record at `offset`, which the caller found
+/// with room for it (a walk of the block, as [`insert`] does); returns its offset.
+pub fn insert_at(block: &mut [u8], offset: usize, inode: u32, file_type: u8, name: &[u8]) -> usize {
+    let bs = block.len();
+    let old_inode = u32_at(block, offset);
+    let rec_len = rec_len_from_disk(u16_at(block, offset + 4), bs);
+    let used = used_size(old_inode, usize::from(block[offset + 6]));
+    assert!(
+        rec_len - used >= entry_size(name.len()),
+        "no room at byte {offset} for a name of {} bytes",
+        name.len()
     );
+    if used == 0 {
+        write_entry(block, offset, inode, rec_len, file_type, name);
+        return offset;
+    }
+    // The old record keeps its name and gives up its slack.
+    put_u16(block, offset + 4, rec_len_to_disk(used, bs));
     let new_offset = offset + used;
     write_entry(block, new_offset, inode, rec_len - used, file_type, name);
-    Some(new_offset)
+    new_offset
 }
 
 /// Removes the record at `offset`: merged into the previous record, or marked unused if
@@ -518,5 +534,50 @@ mod tests {
                 prop_assert_eq!(&now, &model);
             }
         }
+    }
+
+    #[test]
+    fn pack_block_lays_entries_out_in_order_and_insert_at_splits_slack() {
+        let loc = Location::Block {
+            block: 3,
+            ino: Some(12),
+        };
+        let named = |inode: u32, name: &[u8]| RawEntry {
+            offset: 0,
+            inode,
+            rec_len: 0,
+            file_type: FT_REG_FILE,
+            name: name.to_vec(),
+        };
+        let entries = [named(20, b"a"), named(21, b"bbbbb"), named(22, b"cc")];
+        let mut block = vec![0u8; 1024];
+        pack_block(&mut block, true, &entries);
+        let parsed = parse_block(&block, true, loc).unwrap();
+        let shape: Vec<(usize, u32, usize, &[u8])> = parsed
+            .iter()
+            .map(|e| (e.offset, e.inode, e.rec_len, &e.name[..]))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (0, 20, 12, &b"a"[..]),
+                (12, 21, 16, b"bbbbb"),
+                (28, 22, 1024 - TAIL_SIZE - 28, b"cc"),
+            ]
+        );
+        // The last record's slack takes a new name; the first record has none.
+        assert_eq!(insert_at(&mut block, 28, 23, FT_DIR, b"dd"), 40);
+        let parsed = parse_block(&block, true, loc).unwrap();
+        assert_eq!(parsed.len(), 4);
+        assert_eq!((parsed[2].rec_len, &parsed[2].name[..]), (12, &b"cc"[..]));
+        assert_eq!(
+            (parsed[3].inode, parsed[3].file_type, &parsed[3].name[..]),
+            (23, FT_DIR, &b"dd"[..])
+        );
+        assert_eq!(parsed[3].rec_len, 1024 - TAIL_SIZE - 40);
+        let mut empty = vec![0u8; 1024];
+        pack_block(&mut empty, false, &[]);
+        assert_eq!(insert_at(&mut empty, 0, 30, FT_REG_FILE, b"x"), 0);
+        assert_eq!(parse_block(&empty, false, loc).unwrap()[0].rec_len, 1024);
     }
 }
