@@ -6,7 +6,9 @@
 //! blocks, as on Linux, where reads are not atomic across pages.) The page cache is kept small so reads keep missing it, and the device takes its
 //! time over reads so the writer gets to run while one is under way.
 
-use jext_device::{BlockDevice, Capabilities, DeviceCounters, DeviceError, SimDevice, WriteFlags};
+mod common;
+
+use common::{DeviceHook, HookedDevice};
 use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,34 +19,15 @@ const PAGE: usize = 4096;
 /// The reused blocks of the other file hold bytes from here up.
 const OTHER_FILE: u8 = 200;
 
-/// A simulated disk whose reads take a while (writes and flushes as the simulator's).
-struct SlowReads(SimDevice);
+/// Reads that take a while (writes and flushes as the simulator's).
+struct SlowReads;
 
-impl BlockDevice for SlowReads {
-    fn size_bytes(&self) -> u64 {
-        self.0.size_bytes()
-    }
-    fn sector_size(&self) -> u32 {
-        self.0.sector_size()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+impl DeviceHook for SlowReads {
+    fn before_read(&self, _offset: u64, _len: usize) {
         std::thread::sleep(std::time::Duration::from_micros(300));
-        self.0.read_at(offset, buf)
     }
-    fn write(&self, offset: u64, data: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
-        self.0.write(offset, data, flags)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.0.flush()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
-    }
-    fn counters(&self) -> &DeviceCounters {
-        self.0.counters()
-    }
-    fn describe(&self) -> String {
-        format!("slow reads over {}", self.0.describe())
+    fn name(&self) -> &'static str {
+        "slow reads"
     }
 }
 
@@ -68,7 +51,7 @@ fn fill(f: &jext_fs::File, value: u8) {
 
 #[test]
 fn unlocked_reads_never_show_freed_blocks_or_torn_pages() {
-    let dev = Arc::new(SlowReads(SimDevice::new(64 << 20)));
+    let dev = Arc::new(HookedDevice::new(64 << 20, SlowReads));
     let mount = format_small_cache(dev.clone());
     let fs = Fs::open(dev, mount).unwrap();
     let a = fs.create_file("/a", 0o644).unwrap();
@@ -115,11 +98,11 @@ fn unlocked_reads_never_show_freed_blocks_or_torn_pages() {
     fs.unmount().unwrap();
 }
 
-/// A simulated disk whose next read, once armed, waits at the door until let through:
-/// the test then changes the file system while a read is between "the mapping was looked
-/// up" and "the bytes came back".
+/// The next read, once armed, waits at the door until let through: the test then changes
+/// the file system while a read is between "the mapping was looked up" and "the bytes
+/// came back".
+#[derive(Default)]
 struct GatedReads {
-    dev: SimDevice,
     gate: Mutex<Gate>,
     turn: Condvar,
 }
@@ -147,14 +130,8 @@ impl GatedReads {
     }
 }
 
-impl BlockDevice for GatedReads {
-    fn size_bytes(&self) -> u64 {
-        self.dev.size_bytes()
-    }
-    fn sector_size(&self) -> u32 {
-        self.dev.sector_size()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
+impl DeviceHook for GatedReads {
+    fn before_read(&self, _offset: u64, _len: usize) {
         let mut gate = self.gate.lock();
         if *gate == Gate::Armed {
             *gate = Gate::Waiting;
@@ -164,23 +141,9 @@ impl BlockDevice for GatedReads {
             }
             *gate = Gate::Open;
         }
-        drop(gate);
-        self.dev.read_at(offset, buf)
     }
-    fn write(&self, offset: u64, data: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
-        self.dev.write(offset, data, flags)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.dev.flush()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.dev.capabilities()
-    }
-    fn counters(&self) -> &DeviceCounters {
-        self.dev.counters()
-    }
-    fn describe(&self) -> String {
-        format!("gated reads over {}", self.dev.describe())
+    fn name(&self) -> &'static str {
+        "gated reads"
     }
 }
 
@@ -190,11 +153,7 @@ impl BlockDevice for GatedReads {
 /// the read's `data_seq` check is removed.
 #[test]
 fn a_read_that_raced_a_truncate_leaves_no_other_files_bytes_behind() {
-    let dev = Arc::new(GatedReads {
-        dev: SimDevice::new(64 << 20),
-        gate: Mutex::new(Gate::Open),
-        turn: Condvar::new(),
-    });
+    let dev = Arc::new(HookedDevice::new(64 << 20, GatedReads::default()));
     let mount = format_small_cache(dev.clone());
     let fs = Fs::open(dev.clone(), mount.clone()).unwrap();
     let bs = fs.block_size() as usize;
@@ -207,15 +166,15 @@ fn a_read_that_raced_a_truncate_leaves_no_other_files_bytes_behind() {
     let fs = Fs::open(dev.clone(), mount).unwrap();
     let a = fs.open_file("/a").unwrap();
     std::thread::scope(|scope| {
-        dev.set(Gate::Armed);
+        dev.hook.set(Gate::Armed);
         let reader = scope.spawn(|| a.read_at(0, bs).unwrap());
-        dev.wait_for(Gate::Waiting);
+        dev.hook.wait_for(Gate::Waiting);
         a.set_len(0).unwrap();
         fs.sync().unwrap();
         let b = fs.create_file("/b", 0o644).unwrap();
         b.write_at(0, &vec![OTHER_FILE; 64 * bs]).unwrap();
         b.fsync().unwrap();
-        dev.set(Gate::Released);
+        dev.hook.set(Gate::Released);
         let got = reader.join().unwrap();
         assert!(
             got.iter().all(|&byte| byte == 1),

@@ -8,7 +8,9 @@
 //! The door opens only after fsync had time to return: an fsync that returned while it
 //! was still shut broke its promise.
 
-use jext_device::{BlockDevice, Capabilities, DeviceCounters, DeviceError, SimDevice, WriteFlags};
+mod common;
+
+use common::{DeviceHook, HookedDevice};
 use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions};
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
@@ -17,9 +19,10 @@ use std::time::Duration;
 /// The first bytes of every page of the file under test: its writes are the ones held.
 const MAGIC: [u8; 8] = *b"jextDOOR";
 
-#[derive(Clone, Copy, PartialEq, Debug)]
+#[derive(Clone, Copy, Default, PartialEq, Debug)]
 enum Door {
     /// Writes pass.
+    #[default]
     Open,
     /// The next write of the file's pages stops here.
     Armed,
@@ -27,14 +30,14 @@ enum Door {
     Holding,
 }
 
-/// A simulated disk that holds, once armed, the first write starting with [`MAGIC`].
-struct DoorDevice {
-    dev: SimDevice,
+/// Holds, once armed, the first write starting with [`MAGIC`].
+#[derive(Default)]
+struct WriteDoor {
     door: Mutex<Door>,
     turn: Condvar,
 }
 
-impl DoorDevice {
+impl WriteDoor {
     fn is(&self, state: Door) -> bool {
         *self.door.lock() == state
     }
@@ -57,17 +60,8 @@ impl DoorDevice {
     }
 }
 
-impl BlockDevice for DoorDevice {
-    fn size_bytes(&self) -> u64 {
-        self.dev.size_bytes()
-    }
-    fn sector_size(&self) -> u32 {
-        self.dev.sector_size()
-    }
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), DeviceError> {
-        self.dev.read_at(offset, buf)
-    }
-    fn write(&self, offset: u64, data: &[u8], flags: WriteFlags) -> Result<(), DeviceError> {
+impl DeviceHook for WriteDoor {
+    fn before_write(&self, _offset: u64, data: &[u8]) {
         let mut door = self.door.lock();
         if *door == Door::Armed && data.starts_with(&MAGIC) {
             *door = Door::Holding;
@@ -76,20 +70,9 @@ impl BlockDevice for DoorDevice {
                 self.turn.wait(&mut door);
             }
         }
-        drop(door);
-        self.dev.write(offset, data, flags)
     }
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.dev.flush()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.dev.capabilities()
-    }
-    fn counters(&self) -> &DeviceCounters {
-        self.dev.counters()
-    }
-    fn describe(&self) -> String {
-        format!("a door for writes over {}", self.dev.describe())
+    fn name(&self) -> &'static str {
+        "a door for writes"
     }
 }
 
@@ -106,11 +89,7 @@ fn marked_pages(len: usize, fill: u8) -> Vec<u8> {
 /// file's throttled writer write `/f` back into the door, fsyncs `/f` meanwhile, and
 /// returns whether that fsync returned with the door still shut.
 fn fsync_returned_before_its_data(overwrite: bool) -> bool {
-    let dev = Arc::new(DoorDevice {
-        dev: SimDevice::new(64 << 20),
-        door: Mutex::new(Door::Open),
-        turn: Condvar::new(),
-    });
+    let dev = Arc::new(HookedDevice::new(64 << 20, WriteDoor::default()));
     let mkfs_options = MkfsOptions {
         assume_zeroed: true,
         ..MkfsOptions::default()
@@ -129,20 +108,20 @@ fn fsync_returned_before_its_data(overwrite: bool) -> bool {
         f.fsync().unwrap();
     }
     f.write_at(0, &marked_pages(512 << 10, 2)).unwrap();
-    dev.set(Door::Armed);
+    dev.hook.set(Door::Armed);
     let early = std::thread::scope(|scope| {
         let throttled = scope.spawn(|| {
             let g = fs.create_file("/g", 0o644).unwrap();
             g.write_at(0, &vec![3; 1 << 20]).unwrap();
         });
-        dev.wait_holding();
+        dev.hook.wait_holding();
         let syncer = scope.spawn(|| {
             f.fsync().unwrap();
-            dev.is(Door::Holding)
+            dev.hook.is(Door::Holding)
         });
         // Long enough for an fsync that does not wait to return.
         std::thread::sleep(Duration::from_millis(300));
-        dev.set(Door::Open);
+        dev.hook.set(Door::Open);
         throttled.join().unwrap();
         syncer.join().unwrap()
     });

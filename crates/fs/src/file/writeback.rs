@@ -199,6 +199,10 @@ enum Mapping {
     Written(u64),
 }
 
+/// Consecutive pages that share one mapping state: (first page, pages, mapping of the
+/// first).
+type Piece = (u64, u64, Mapping);
+
 /// The mapping of page `index` and how many pages from it on share its state.
 fn mapping_at(
     fs: &FsInner,
@@ -226,8 +230,8 @@ fn mapped_pieces(
     ino: u32,
     raw: &crate::format::inode::Inode,
     runs: &[(u64, u64)],
-) -> FsResult<Vec<(u64, u64, Mapping)>> {
-    let mut pieces: Vec<(u64, u64, Mapping)> = Vec::new();
+) -> FsResult<Vec<Piece>> {
+    let mut pieces: Vec<Piece> = Vec::new();
     for &(first, len) in runs {
         let mut index = first;
         while index < first + len {
@@ -275,8 +279,12 @@ fn writeback_batch(
     if fs.journals_data(&op.inode(ino).raw) {
         return journal_batch(op, ino, &runs, batch_end).map(Some);
     }
-    let allocated = allocate_unwritten(op, ino, &runs)?;
-    let mut in_flight = issue_data(op, ino, &runs, urgency)?;
+    let raw = op.inode(ino).raw.clone();
+    // Every lookup (which may fail) before any page goes in flight: a page marked clean
+    // and in flight but never sent would be lost.
+    let pieces = mapped_pieces(fs, ino, &raw, &runs)?;
+    let (allocated, pieces) = allocate_unwritten(op, ino, pieces)?;
+    let mut in_flight = issue_data(op, ino, pieces, urgency);
     let transferred = if op.holds_only(ino) {
         op.unlocked(ino, || in_flight.wait())
     } else {
@@ -304,45 +312,44 @@ fn writeback_batch(
     }
 }
 
-/// Allocates unwritten blocks for the holes under `runs`, in a handle of its own that
+/// Allocates unwritten blocks for the holes among `pieces`, in a handle of its own that
 /// stops at once (unwritten blocks read as zeros, so no data is ordered before its
-/// commit); the transaction, if there were holes.
-fn allocate_unwritten(op: &mut Op, ino: u32, runs: &[(u64, u64)]) -> FsResult<Option<Tid>> {
-    let raw = op.inode(ino).raw.clone();
-    let holes: Vec<(u64, u64)> = mapped_pieces(op.fs, ino, &raw, runs)?
-        .into_iter()
-        .filter(|&(_, _, mapping)| mapping == Mapping::Hole)
-        .map(|(index, count, _)| (index, count))
-        .collect();
-    if holes.is_empty() {
-        return Ok(None);
-    }
-    let mut tx = Tx::begin(op, batch_credits(holes.len(), 0, false))?;
-    let tid = tx.tid();
-    let r = (|| {
-        for &(index, count) in &holes {
-            blockmap::allocate(&mut tx, ino, index as u32, count as u32, true)?;
-            release_reservations(&mut tx, ino, index, count);
-        }
-        Ok(())
-    })();
-    tx.end(r).map(|()| Some(tid))
-}
-
-/// Issues the data writes of `runs`, whose pages all have blocks now; notes the runs
-/// written into unwritten blocks, to be marked written once the data transferred.
-fn issue_data(
+/// commit); returns the transaction, if there were holes, and the pieces with each hole
+/// replaced by the blocks it got.
+fn allocate_unwritten(
     op: &mut Op,
     ino: u32,
-    runs: &[(u64, u64)],
-    urgency: Urgency,
-) -> FsResult<DataInFlight> {
+    pieces: Vec<Piece>,
+) -> FsResult<(Option<Tid>, Vec<Piece>)> {
+    let holes = pieces.iter().filter(|p| p.2 == Mapping::Hole).count();
+    if holes == 0 {
+        return Ok((None, pieces));
+    }
+    let mut tx = Tx::begin(op, batch_credits(holes, 0, false))?;
+    let tid = tx.tid();
+    let r = (|| {
+        let mut placed = Vec::with_capacity(pieces.len());
+        for (index, count, mapping) in pieces {
+            if mapping != Mapping::Hole {
+                placed.push((index, count, mapping));
+                continue;
+            }
+            for e in blockmap::allocate(&mut tx, ino, index as u32, count as u32, true)? {
+                let (logical, len) = (u64::from(e.logical), u64::from(e.len));
+                placed.push((logical, len, Mapping::Unwritten(e.start)));
+            }
+            release_reservations(&mut tx, ino, index, count);
+        }
+        Ok(placed)
+    })();
+    tx.end(r).map(|placed| (Some(tid), placed))
+}
+
+/// Issues the data writes of `pieces`, whose pages all have blocks now; notes the runs
+/// written into unwritten blocks, to be marked written once the data transferred.
+fn issue_data(op: &mut Op, ino: u32, pieces: Vec<Piece>, urgency: Urgency) -> DataInFlight {
     let fs = op.fs;
     let bs = u64::from(fs.geo.block_size);
-    let raw = op.inode(ino).raw.clone();
-    // Every lookup (which may fail) before any page goes in flight: a page marked clean
-    // and in flight but never sent would be lost.
-    let pieces = mapped_pieces(fs, ino, &raw, runs)?;
     let mut in_flight = DataInFlight::default();
     let mut requests = Vec::new();
     let mut pages = Vec::new();
@@ -376,7 +383,7 @@ fn issue_data(
         // An overwrite in place is in no transaction: fsync flushes for it.
         op.inode_mut(ino).unflushed_data = true;
     }
-    Ok(in_flight)
+    in_flight
 }
 
 /// Once the batch's data transferred: marks written the blocks it went to and grows the

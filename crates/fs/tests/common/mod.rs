@@ -159,3 +159,62 @@ pub fn list_dir(fs: &jext_fs::Fs, dir: jext_fs::Ino) -> Vec<jext_fs::DirEntry> {
         out.extend(batch);
     }
 }
+
+/// What a test device does before it hands a request to the simulated disk under it:
+/// take its time, or hold the request at a door the test opens.
+pub trait DeviceHook: Send + Sync {
+    fn before_read(&self, _offset: u64, _len: usize) {}
+    fn before_write(&self, _offset: u64, _data: &[u8]) {}
+    /// What the hook does, for the device's description.
+    fn name(&self) -> &'static str;
+}
+
+/// A simulated disk with `hook` run before each read and write; everything else is the
+/// simulator's.
+pub struct HookedDevice<H> {
+    pub sim: jext_device::SimDevice,
+    pub hook: H,
+}
+
+impl<H> HookedDevice<H> {
+    pub fn new(size_bytes: u64, hook: H) -> HookedDevice<H> {
+        HookedDevice {
+            sim: jext_device::SimDevice::new(size_bytes),
+            hook,
+        }
+    }
+}
+
+impl<H: DeviceHook> jext_device::BlockDevice for HookedDevice<H> {
+    fn size_bytes(&self) -> u64 {
+        self.sim.size_bytes()
+    }
+    fn sector_size(&self) -> u32 {
+        self.sim.sector_size()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), jext_device::DeviceError> {
+        self.hook.before_read(offset, buf.len());
+        self.sim.read_at(offset, buf)
+    }
+    fn write(
+        &self,
+        offset: u64,
+        data: &[u8],
+        flags: jext_device::WriteFlags,
+    ) -> Result<(), jext_device::DeviceError> {
+        self.hook.before_write(offset, data);
+        self.sim.write(offset, data, flags)
+    }
+    fn flush(&self) -> Result<(), jext_device::DeviceError> {
+        self.sim.flush()
+    }
+    fn capabilities(&self) -> jext_device::Capabilities {
+        self.sim.capabilities()
+    }
+    fn counters(&self) -> &jext_device::DeviceCounters {
+        self.sim.counters()
+    }
+    fn describe(&self) -> String {
+        format!("{} over {}", self.hook.name(), self.sim.describe())
+    }
+}
