@@ -19,8 +19,9 @@
 //! 3. The **checkpoint thread** (`crate::checkpoint`) writes the newest *durable* version of
 //!    each logged block home and moves the log tail, in the background, a chunk at a
 //!    time once a quarter of the log is used, or when someone asks. A full log makes a
-//!    writer wait in [`Journal::start`]; an fsync whose transaction fits waits only for
-//!    its own commit, and nothing on the commit path checkpoints.
+//!    writer wait in [`Journal::start`] (a large handle waits first, leaving room for a
+//!    whole transaction behind it); an fsync whose transaction fits waits only for its
+//!    own commit, and nothing on the commit path checkpoints.
 //!
 //! A block changed by a newer transaction while an older one is committing gets one
 //! frozen copy per transaction: each snapshot is an `Arc` the next change copies
@@ -505,7 +506,7 @@ impl Journal {
 
     /// Opens a handle that may dirty up to `credits` buffers not yet in the transaction.
     /// Blocks while the running transaction is being locked down or is too full, and
-    /// while the log has no room for another full transaction (the checkpoint runs).
+    /// while the log has no room for it (`Shared::log_admits`; the checkpoint runs).
     pub fn start(&self, credits: u32) -> Result<Handle, JournalError> {
         let shared = &self.shared;
         if credits > shared.max_transaction_blocks / 2 {
@@ -523,8 +524,8 @@ impl Journal {
             if st.shutting_down {
                 return Err(JournalError::ShutDown);
             }
-            if shared.log_free(&st) < shared.max_transaction_blocks {
-                // A full log: the writer waits for the checkpoint, never a commit.
+            if !shared.log_admits(&st, credits) {
+                // No room: this writer waits for the checkpoint, never a commit.
                 if !counted_wait {
                     st.stats.log_full_waits += 1;
                     counted_wait = true;
@@ -1030,6 +1031,39 @@ impl Shared {
         self.log.as_ref().map_or(usize::MAX, |log| {
             ((log.layout.last - log.layout.first) / 8).max(1) as usize
         })
+    }
+
+    /// Whether a handle of `credits` may join the running transaction as far as log room
+    /// goes. Every handle needs the running transaction, with its own credits, to fit in
+    /// the free log. A large one (a writeback batch, the producer of journaled megabytes)
+    /// also leaves room behind it for the transactions committing ahead of the running
+    /// one and for a whole transaction more: when the log fills, the writer waits, and a
+    /// small handle — an fsync's — still starts as long as its transaction fits.
+    pub(crate) fn log_admits(&self, st: &State, credits: u32) -> bool {
+        if self.log.is_none() {
+            return true;
+        }
+        let (buffers, revokes, reserved) = st.running.as_ref().map_or((0, 0, 0), |t| {
+            (t.buffers.len(), t.revokes.len(), t.reserved_credits)
+        });
+        let running = self.blocks_needed(buffers + (reserved + credits) as usize, revokes);
+        let free = self.log_free(st);
+        if credits < self.large_handle_credits() {
+            return free >= running;
+        }
+        let waiting_for_room: u32 = st
+            .committing
+            .iter()
+            .filter(|t| t.commit_position.is_none())
+            .map(|t| self.blocks_needed(t.blocks.len(), t.revokes.len()))
+            .sum();
+        free >= running + waiting_for_room + self.max_transaction_blocks
+    }
+
+    /// Credits from which a handle counts as large (`Shared::log_admits`): a sixteenth of
+    /// a transaction, and never fewer than 64 (a metadata operation's, a small fsync's).
+    fn large_handle_credits(&self) -> u32 {
+        (self.max_transaction_blocks / 16).max(64)
     }
 }
 
