@@ -50,7 +50,7 @@
 
 use crate::format::records::plan_record;
 use crate::format::superblock::{INCOMPAT_JEXT_RECORDS, INCOMPAT_JEXT_SINGLE_IO};
-use crate::journal::{CommittingTransaction, Shared, State};
+use crate::journal::{CommittingTransaction, InLog, Shared, State};
 use crate::log::LogPlan;
 use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::JournalError;
@@ -224,7 +224,7 @@ fn announce_live_bits(
         let _io = shared.checkpoint_io.lock();
         let (tail, tail_tid) = {
             let st = shared.state.lock();
-            let oldest = st.in_log.front().map_or(tid, |(t, _)| *t);
+            let oldest = st.in_log.front().map_or(tid, |t| t.tid);
             (st.log.tail, oldest)
         };
         let sb = shared.layout().superblock_block(tail, tail_tid);
@@ -289,9 +289,11 @@ fn make_room(
             return Err(err.clone());
         }
         st.checkpoint_requested = true;
+        st.commit_waits_for_room = true;
         shared.checkpoint_wake.notify_one();
         shared.changed.wait(st);
     }
+    st.commit_waits_for_room = false;
     let mut bits = 0;
     if single_io {
         bits |= INCOMPAT_JEXT_SINGLE_IO;
@@ -349,14 +351,15 @@ fn dispatch(
     }
     let commit_position = position;
     st.log.head = layout.next(commit_position);
-    st.in_log.push_back((tid, start));
     let entry = st
         .committing
         .back_mut()
         .expect("the transaction being dispatched is the newest committing");
+    let blocks = entry.blocks.iter().map(|(block, _)| *block).collect();
     entry.records = plan.records.len() as u64;
     entry.log_blocks = needed;
     entry.commit_position = Some(commit_position);
+    st.in_log.push_back(InLog { tid, start, blocks });
     let committing = st.committing.len() as u64;
     st.stats.max_committing = st.stats.max_committing.max(committing);
     if single_io {

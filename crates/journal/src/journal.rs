@@ -17,9 +17,11 @@
 //!    that made the logged blocks durable: the order comes from the flush, never from
 //!    hoping the device keeps issue order.
 //! 3. The **checkpoint thread** (`crate::checkpoint`) writes the newest *durable* version of
-//!    each logged block home and moves the log tail, in the background, when the log is
-//!    half used or someone asks. A full log makes a writer wait in [`Journal::start`];
-//!    an fsync whose transaction fits waits only for its own commit.
+//!    each logged block home and moves the log tail, in the background, a chunk at a
+//!    time once a quarter of the log is used, or when someone asks. A full log makes a
+//!    writer wait in [`Journal::start`] (a large handle waits first, leaving room for a
+//!    whole transaction behind it); an fsync whose transaction fits waits only for its
+//!    own commit, and nothing on the commit path checkpoints.
 //!
 //! A block changed by a newer transaction while an older one is committing gets one
 //! frozen copy per transaction: each snapshot is an `Arc` the next change copies
@@ -214,8 +216,8 @@ pub(crate) struct State {
     /// logged (`Handle::revoke`), however long it waits for log room.
     pub(crate) committing: VecDeque<CommittingTransaction>,
     /// Every transaction in the log, committing or durable and not yet checkpointed,
-    /// oldest first: `(tid, first log block)`.
-    pub(crate) in_log: VecDeque<(Tid, u32)>,
+    /// oldest first.
+    pub(crate) in_log: VecDeque<InLog>,
     /// The highest tid someone asked to have committed (for the commit thread).
     pub(crate) commit_requested: Option<Tid>,
     /// The highest tid someone needs durable (for the flush thread).
@@ -235,6 +237,9 @@ pub(crate) struct State {
     pub(crate) helpers_stop: bool,
     /// Someone waits for a checkpoint.
     pub(crate) checkpoint_requested: bool,
+    /// The commit thread waits for log room: the checkpoint's home writes then stop
+    /// yielding to other IO (everyone waits for them).
+    pub(crate) commit_waits_for_room: bool,
     pub(crate) stats: JournalStats,
 }
 
@@ -262,9 +267,20 @@ impl State {
             shutting_down: false,
             helpers_stop: false,
             checkpoint_requested: false,
+            commit_waits_for_room: false,
             stats: JournalStats::default(),
         }
     }
+}
+
+/// A transaction in the log, as the checkpoint needs it.
+pub(crate) struct InLog {
+    pub(crate) tid: Tid,
+    /// Its first log block.
+    pub(crate) start: u32,
+    /// The home blocks it logged: the checkpoint must have each at home, in this
+    /// version or a newer durable one, before the tail may move past it.
+    pub(crate) blocks: Vec<u64>,
 }
 
 /// Where the live part of the circular log is: `[tail, head)`.
@@ -490,7 +506,7 @@ impl Journal {
 
     /// Opens a handle that may dirty up to `credits` buffers not yet in the transaction.
     /// Blocks while the running transaction is being locked down or is too full, and
-    /// while the log has no room for another full transaction (the checkpoint runs).
+    /// while the log has no room for it (`Shared::log_admits`; the checkpoint runs).
     pub fn start(&self, credits: u32) -> Result<Handle, JournalError> {
         let shared = &self.shared;
         if credits > shared.max_transaction_blocks / 2 {
@@ -508,8 +524,8 @@ impl Journal {
             if st.shutting_down {
                 return Err(JournalError::ShutDown);
             }
-            if shared.log_free(&st) < shared.max_transaction_blocks {
-                // A full log: the writer waits for the checkpoint, never a commit.
+            if !shared.log_admits(&st, credits) {
+                // No room: this writer waits for the checkpoint, never a commit.
                 if !counted_wait {
                     st.stats.log_full_waits += 1;
                     counted_wait = true;
@@ -701,20 +717,19 @@ impl Journal {
     /// Commits what is running, then writes every committed block home and moves the log
     /// tail (the checkpoint thread does the work).
     pub fn checkpoint(&self) -> Result<(), JournalError> {
-        self.commit_all()?;
+        let upto = self.commit_all()?;
         let shared = &self.shared;
         let mut st = shared.state.lock();
-        let done_before = st.stats.checkpoints;
-        st.checkpoint_requested = true;
-        shared.checkpoint_wake.notify_one();
         loop {
             if let Some(err) = &st.aborted {
                 return Err(err.clone());
             }
-            let nothing_left = st.checkpoint.blocks.is_empty() && st.in_log.is_empty();
-            if st.stats.checkpoints != done_before || nothing_left {
+            if st.in_log.front().is_none_or(|t| tid_gt(t.tid, upto)) {
                 return Ok(());
             }
+            // Asked again after every chunk: the thread goes on while someone waits.
+            st.checkpoint_requested = true;
+            shared.checkpoint_wake.notify_one();
             shared.changed.wait(&mut st);
         }
     }
@@ -1001,13 +1016,54 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// Whether the log is used enough that the checkpoint should run in the background.
+    /// Whether the log is used enough that the checkpoint should run in the background:
+    /// a quarter of it, so that the space is usually free again before a writer needs it.
     pub(crate) fn log_wants_checkpoint(&self, st: &State) -> bool {
         let Some(log) = &self.log else {
             return false;
         };
         let len = log.layout.last - log.layout.first;
-        self.log_free(st) < len / 2
+        self.log_free(st) < len - len / 4
+    }
+
+    /// Blocks of logged home blocks one checkpoint chunk covers: an eighth of the log.
+    pub(crate) fn checkpoint_chunk_blocks(&self) -> usize {
+        self.log.as_ref().map_or(usize::MAX, |log| {
+            ((log.layout.last - log.layout.first) / 8).max(1) as usize
+        })
+    }
+
+    /// Whether a handle of `credits` may join the running transaction as far as log room
+    /// goes. Every handle needs the running transaction, with its own credits, to fit in
+    /// the free log. A large one (a writeback batch, the producer of journaled megabytes)
+    /// also leaves room behind it for the transactions committing ahead of the running
+    /// one and for a whole transaction more: when the log fills, the writer waits, and a
+    /// small handle — an fsync's — still starts as long as its transaction fits.
+    pub(crate) fn log_admits(&self, st: &State, credits: u32) -> bool {
+        if self.log.is_none() {
+            return true;
+        }
+        let (buffers, revokes, reserved) = st.running.as_ref().map_or((0, 0, 0), |t| {
+            (t.buffers.len(), t.revokes.len(), t.reserved_credits)
+        });
+        let running = self.blocks_needed(buffers + (reserved + credits) as usize, revokes);
+        let free = self.log_free(st);
+        if credits < self.large_handle_credits() {
+            return free >= running;
+        }
+        let waiting_for_room: u32 = st
+            .committing
+            .iter()
+            .filter(|t| t.commit_position.is_none())
+            .map(|t| self.blocks_needed(t.blocks.len(), t.revokes.len()))
+            .sum();
+        free >= running + waiting_for_room + self.max_transaction_blocks
+    }
+
+    /// Credits from which a handle counts as large (`Shared::log_admits`): a sixteenth of
+    /// a transaction, and never fewer than 64 (a metadata operation's, a small fsync's).
+    fn large_handle_credits(&self) -> u32 {
+        (self.max_transaction_blocks / 16).max(64)
     }
 }
 

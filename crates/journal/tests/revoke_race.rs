@@ -11,6 +11,10 @@
 //!
 //! Both are deterministic: the device holds the commit thread where the test wants it
 //! until the test lets it go, and every wait is on a condition, never on time.
+//!
+//! The same gated device holds the checkpoint for the log-room test at the end: with the
+//! log full of durable transactions whose home writes wait at the door, a large handle
+//! (a writer's) waits for room, and a small one (an fsync's) still starts and commits.
 
 use jext_device::{BlockDevice, Capabilities, DeviceCounters, DeviceError, SimDevice, WriteFlags};
 use jext_io::{EngineKind, IoConfig, IoQueue};
@@ -324,9 +328,13 @@ fn a_revoke_while_the_commit_waits_for_log_room_covers_its_blocks() {
         commit_t.join().unwrap().unwrap();
         // T+1 must find room without T going home first (which the checkpoint would do,
         // asking for T's durability, if the fillers left too little room when T went in).
-        wait_for("every filler to be checkpointed", || {
-            journal.stats().blocks_checkpointed >= filler_blocks.len() as u64
-        });
+        // The background checkpoint goes on until a quarter of the log or less is in use:
+        // the fillers that fit under that mark (6 log blocks each) may stay.
+        let fillers_kept = u64::from(JOURNAL_BLOCKS / 4 / 6);
+        wait_for(
+            "the fillers above a quarter of the log to be checkpointed",
+            || journal.stats().blocks_checkpointed >= (FILLERS - fillers_kept) * 4,
+        );
         // T+1 dispatched too before anyone asks for durability: T and T+1 then become
         // durable in one round, and T's copy of FREED never waits for the checkpoint
         // alone (it would be written home before T+1's revoke: harmless, but the crash
@@ -367,6 +375,81 @@ fn a_revoke_while_the_commit_announces_a_log_feature_covers_its_blocks() {
         commit_t.join().unwrap().unwrap();
         assert!(journal.stats().single_io_commits >= 1);
         reuse_crash_and_check(&dev, &journal, t, next);
+    });
+    journal.shutdown().unwrap();
+}
+
+/// The log fills with durable transactions while every home write waits at the door, so
+/// no checkpoint can free anything: a large handle must wait for room, and a small handle
+/// whose transaction fits must start and commit meanwhile (a full log makes the writer
+/// wait, never an fsync whose log has room).
+#[test]
+fn a_small_handle_starts_and_commits_while_a_large_one_waits_for_log_room() {
+    let dev = GatedDevice::new();
+    dev.hold(HOME_START * BS..DEVICE_BYTES);
+    let journal = Journal::load(queue(&dev), area(), config(CommitMode::Classic, None)).unwrap();
+    // Log accounting (1 KiB blocks, checksum v3, 64-bit tags: 62 tags a descriptor): 1023
+    // usable log blocks; transactions of 256 blocks at most, so a handle of 100 credits is
+    // large (from 64), and starts only while the running transaction with it (2
+    // descriptors + 100 + commit = 103) and a whole transaction more (256) fit. Seven such
+    // transactions leave 1023 - 7 * 103 = 302 free: the eighth must wait.
+    const LARGE: u32 = 100;
+    let mut next_block = HOME_START;
+    let mut fill = |journal: &Journal| {
+        let mut h = journal.start(LARGE).unwrap();
+        for _ in 0..LARGE {
+            h.modify(&buffer(next_block), |b| b.fill(7)).unwrap();
+            next_block += 1;
+        }
+        let tid = h.tid();
+        h.stop();
+        journal.commit_and_wait(tid).unwrap();
+    };
+    for _ in 0..7 {
+        fill(&journal);
+    }
+    assert_eq!(journal.stats().log_full_waits, 0, "{:?}", journal.stats());
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| fill(&journal));
+        wait_for("the large handle to wait for log room", || {
+            journal.stats().log_full_waits == 1
+        });
+        // fsyncs of a few blocks each (1 descriptor + 4 + commit = 6 log blocks), 30 of
+        // them: the last ones start with fewer than a whole transaction's 256 blocks free
+        // (the rule before, which made every handle wait there), but with room for them.
+        let fsyncs = scope.spawn(|| {
+            for round in 0..30u64 {
+                let mut h = journal.start(4).unwrap();
+                for block in 0..4 {
+                    let home = OTHER + 1000 + round * 4 + block;
+                    h.modify(&buffer(home), |b| b.fill(9)).unwrap();
+                }
+                let tid = h.tid();
+                h.stop();
+                journal.commit_and_wait(tid).unwrap();
+            }
+        });
+        let deadline = Instant::now() + WATCHDOG;
+        while !fsyncs.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let fsyncs_done = fsyncs.is_finished();
+        let writer_waited = !writer.is_finished();
+        let stats = journal.stats();
+        // Let everything finish before any assertion, or the scope would never end.
+        dev.let_go();
+        writer.join().unwrap();
+        fsyncs.join().unwrap();
+        assert!(
+            fsyncs_done,
+            "a small handle waited for log room it had: {stats:?}"
+        );
+        assert!(
+            writer_waited,
+            "the large handle started without room: {stats:?}"
+        );
+        assert_eq!(stats.log_full_waits, 1, "{stats:?}");
+        assert_eq!(stats.checkpoints, 0, "{stats:?}");
     });
     journal.shutdown().unwrap();
 }

@@ -119,6 +119,13 @@ pub fn records_capacity(block_size: usize) -> usize {
 /// closer than [`MERGE_GAP`], as (start, end). Stops and returns `None` once the entry
 /// would take more than `limit` bytes.
 fn changed_runs(base: Option<&[u8]>, new: &[u8], limit: usize) -> Option<Vec<(usize, usize)>> {
+    // Every changed byte is carried, so their count alone may already be too many: a
+    // block of new data (journaled file data, most of it) is then given up after a word-
+    // wise count instead of a walk byte by byte to the limit, which on the commit thread
+    // cost tens of milliseconds a writeback batch of 2,048 blocks.
+    if ENTRY_HEADER_SIZE + changed_bytes(base, new) > limit {
+        return None;
+    }
     const CHUNK: usize = 64;
     let differs = |i: usize| match base {
         Some(base) => base[i] != new[i],
@@ -158,6 +165,26 @@ fn changed_runs(base: Option<&[u8]>, new: &[u8], limit: usize) -> Option<Vec<(us
         at = end;
     }
     Some(runs)
+}
+
+/// How many bytes of `new` differ from `base` (or, without a base, are not zero).
+fn changed_bytes(base: Option<&[u8]>, new: &[u8]) -> usize {
+    const LOW_BITS: u64 = 0x0101_0101_0101_0101;
+    let word = |bytes: &[u8]| {
+        let mut w = [0u8; 8];
+        w[..bytes.len()].copy_from_slice(bytes);
+        u64::from_le_bytes(w)
+    };
+    let words = new.chunks(8).enumerate().map(|(i, chunk)| {
+        let other = base.map_or(0, |base| word(&base[i * 8..i * 8 + chunk.len()]));
+        // Folds each byte of the difference onto its low bit: one bit per changed byte.
+        let mut x = word(chunk) ^ other;
+        x |= x >> 4;
+        x |= x >> 2;
+        x |= x >> 1;
+        (x & LOW_BITS).count_ones() as usize
+    });
+    words.sum()
 }
 
 /// The smallest record that turns `base` (recovery's state of the block before this
@@ -335,6 +362,26 @@ impl LogFormat {
 mod tests {
     use super::*;
     use crate::format::blocks::{BlockKind, Csum};
+
+    #[test]
+    fn changed_bytes_counts_each_differing_byte_once() {
+        // Bytes that differ in one bit, in all bits, next to each other across word
+        // boundaries, and a length that is not a whole number of words.
+        let base: Vec<u8> = (0..1003u32).map(|i| (i * 37 % 251) as u8).collect();
+        let mut new = base.clone();
+        for i in (0..new.len()).filter(|i| i % 3 == 0 || (i % 64) > 60) {
+            new[i] ^= if i % 2 == 0 { 0x80 } else { 0xFF };
+        }
+        let naive = |base: Option<&[u8]>| {
+            let other = |i: usize| base.map_or(0, |b| b[i]);
+            (0..new.len()).filter(|&i| new[i] != other(i)).count()
+        };
+        assert_eq!(changed_bytes(Some(&base), &new), naive(Some(&base)));
+        assert_eq!(changed_bytes(None, &new), naive(None));
+        assert_eq!(changed_bytes(Some(&new), &new), 0);
+        // A block of new data past half changed goes whole, as the byte walk decided.
+        assert_eq!(plan_record(1, Some(&base), &new, base.len() / 2), None);
+    }
 
     fn format(block_size: usize) -> LogFormat {
         LogFormat {
