@@ -7,16 +7,21 @@
 //!   eviction of clean pages. The file system decides what a dirty page costs to write
 //!   (delayed allocation happens at writeback, above this layer).
 //! - [`WritebackThread`]: wakes every few seconds and asks the file system to write back
-//!   what is old or too much, with the kernel's defaults (30 s expiry, 10 % background
-//!   threshold, 20 % hard limit of the cache bound).
+//!   what is old or too much, with the kernel's defaults (30 s expiry, 10 % of memory
+//!   before background writeback, 20 % before writers are throttled, each capped by the
+//!   page cache bound).
+//! - [`usable_memory_bytes`]: RAM or the cgroup's limit, from which those defaults and the
+//!   default cache bound are taken.
 //!
 //! This layer must never write a journal buffer to its home block: that is the
 //! checkpoint's job.
 
 mod buffer;
+mod memory;
 mod page;
 mod writeback;
 
 pub use buffer::{BufferCache, BufferCacheStats};
+pub use memory::usable_memory_bytes;
 pub use page::{Page, PageCache, PageCacheStats, PageWriteback};
-pub use writeback::{WritebackPolicy, WritebackTarget, WritebackThread};
+pub use writeback::{DirtyLimits, WritebackPolicy, WritebackTarget, WritebackThread};

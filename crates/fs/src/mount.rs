@@ -35,7 +35,7 @@ use crate::meta::MetaRead;
 use crate::op::{Op, Reach};
 use crate::options::{DataMode, IJournal, MountOptions};
 use crate::state::FsInner;
-use jext_cache::{BufferCache, PageCache};
+use jext_cache::{BufferCache, PageCache, WritebackPolicy};
 use jext_io::{IoFlags, IoQueue};
 use jext_journal::{
     recover, AreaRun, Journal, JournalArea, JournalConfig, LogFeatures, RecoveryReport,
@@ -316,10 +316,10 @@ pub(crate) fn mount(
         options.cache_size_bytes / 4,
     );
     cache.attach_journal(journal.clone());
-    let pages = PageCache::new(
-        geo.block_size as usize,
-        options.cache_size_bytes - options.cache_size_bytes / 4,
-    );
+    let page_cache_bytes = options.cache_size_bytes - options.cache_size_bytes / 4;
+    let pages = PageCache::new(geo.block_size as usize, page_cache_bytes);
+    let dirty_limits = WritebackPolicy::default()
+        .dirty_limits(page_cache_bytes, jext_cache::usable_memory_bytes());
     let generation = now_seconds();
     let group_count = geo.group_count;
     let inner = Arc::new(FsInner {
@@ -346,6 +346,7 @@ pub(crate) fn mount(
         orphans: Leaf::new(Rank::Orphans, Vec::new()),
         fc: Leaf::new(Rank::FastCommits, Default::default()),
         pages: Leaf::new(Rank::Pages, pages),
+        dirty_limits,
         error: Leaf::new(Rank::Error, None),
         next_generation: AtomicU32::new(generation),
         fc_stats: Leaf::new(Rank::Stats, Default::default()),

@@ -59,6 +59,9 @@ pub(crate) struct FsInner {
     /// What fast commits need to know across fsyncs.
     pub fc: Leaf<FcState>,
     pub pages: Leaf<PageCache>,
+    /// When dirty pages are written back in the background, and when writers are held
+    /// back (the writeback policy's thresholds for this page cache).
+    pub dirty_limits: jext_cache::DirtyLimits,
     /// Set when an error made the file system read-only.
     pub error: Leaf<Option<String>>,
     /// The generation number for the next new inode.

@@ -16,6 +16,9 @@ use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Bytes of the file under test.
+const F_BYTES: usize = 1536 << 10;
+
 /// The first bytes of every page of the file under test: its writes are the ones held.
 const MAGIC: [u8; 8] = *b"jextDOOR";
 
@@ -95,8 +98,9 @@ fn fsync_returned_before_its_data(overwrite: bool) -> bool {
         ..MkfsOptions::default()
     };
     mkfs(dev.clone(), &mkfs_options).unwrap();
-    // Throttling starts at 20% of the cache (800 KiB): `/f` alone stays under it, `/f`
-    // and `/g` together go over, and `/g`'s writer then writes `/f` back too.
+    // 3 MiB of pages, throttled from 2.25 MiB of dirty data (three quarters): `/f` alone
+    // stays under it, `/f` and `/g` together go over, and `/g`'s writer, once its own
+    // file is out, writes `/f` back too, since 1.5 MiB is still over half the threshold.
     let options = MountOptions {
         cache_size_bytes: 4 << 20,
         ..MountOptions::default()
@@ -104,10 +108,10 @@ fn fsync_returned_before_its_data(overwrite: bool) -> bool {
     let fs = Fs::open(dev.clone(), options).unwrap();
     let f = fs.create_file("/f", 0o644).unwrap();
     if overwrite {
-        f.write_at(0, &vec![1; 512 << 10]).unwrap();
+        f.write_at(0, &vec![1; F_BYTES]).unwrap();
         f.fsync().unwrap();
     }
-    f.write_at(0, &marked_pages(512 << 10, 2)).unwrap();
+    f.write_at(0, &marked_pages(F_BYTES, 2)).unwrap();
     dev.hook.set(Door::Armed);
     let early = std::thread::scope(|scope| {
         let throttled = scope.spawn(|| {
@@ -125,7 +129,7 @@ fn fsync_returned_before_its_data(overwrite: bool) -> bool {
         throttled.join().unwrap();
         syncer.join().unwrap()
     });
-    assert_eq!(f.read_at(0, 512 << 10).unwrap(), marked_pages(512 << 10, 2));
+    assert_eq!(f.read_at(0, F_BYTES).unwrap(), marked_pages(F_BYTES, 2));
     drop(f);
     fs.unmount().unwrap();
     early

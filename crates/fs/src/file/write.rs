@@ -117,14 +117,13 @@ fn reserve(op: &mut Op, ino: u32, first: u64, last: u64) -> FsResult<()> {
 /// up for the transfer. The order of the other files is taken once: sorting every dirty
 /// file again after each one made a cache full of small files quadratic.
 pub(crate) fn balance_dirty(fs: &FsInner, ino: u32) -> FsResult<()> {
-    let percent = jext_cache::WritebackPolicy::default().throttle_percent as usize;
-    let (limit, oldest) = {
+    let limit = fs.dirty_limits.throttle_bytes;
+    let oldest = {
         let pages = fs.pages.lock();
-        let limit = pages.capacity_bytes() / 100 * percent;
         if pages.dirty_bytes() <= limit {
             return Ok(());
         }
-        (limit, pages.dirty_files())
+        pages.dirty_files()
     };
     writeback::write_back_unlocked(fs, ino, false, writeback::Urgency::Background)?;
     for (other, _) in oldest {
