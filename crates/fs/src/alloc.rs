@@ -17,7 +17,7 @@
 
 use crate::error::{FsError, FsResult};
 use crate::format::bitmap;
-use crate::format::group_desc::{GroupDesc, FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT};
+use crate::format::group_desc::{GroupCsum, GroupDesc, FLAG_BLOCK_UNINIT, FLAG_INODE_UNINIT};
 use crate::groups::{read_desc, write_desc};
 use crate::lock_order::{Leaf, LeafGuard, Rank};
 use crate::state::FsInner;
@@ -654,6 +654,14 @@ pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u3
         if let Some(csum) = csum {
             desc.set_bitmap_csums(desc.block_bitmap_csum, csum, tx.fs.geo.desc_size);
         }
+        let ino = group * ipg + bit + 1;
+        if in_never_used_table_block(fs, &desc, bit) {
+            // Zeroed in the cache, not read: a large directory's creates read one table
+            // block per 16 names otherwise (ext4 skips the read when the block's other
+            // inodes are free). The group lock keeps every other inode of the block
+            // unallocated until the block is in the cache.
+            tx.new_block(crate::inodes::table_location(fs, ino)?.0)?;
+        }
         desc.free_inodes -= 1;
         fs.alloc.saw_free_inodes(&locked, group, desc.free_inodes);
         if is_dir {
@@ -662,9 +670,21 @@ pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u3
         desc.itable_unused = desc.itable_unused.min(ipg - bit - 1);
         write_desc(tx, group, &desc)?;
         fs.alloc.totals.lock().free_inodes -= 1;
-        return Ok(group * ipg + bit + 1);
+        return Ok(ino);
     }
     Err(FsError::NoSpace("no free inode left".into()))
+}
+
+/// Whether every record in the inode-table block holding index `bit` of the group lies in
+/// the table's never-used tail (`itable_unused`, trusted only with group checksums, as
+/// e2fsck and the kernel trust it): such a block's bytes mean nothing and need no read.
+fn in_never_used_table_block(fs: &FsInner, desc: &GroupDesc, bit: u32) -> bool {
+    if matches!(fs.group_csum, GroupCsum::None) {
+        return false;
+    }
+    let per_block = fs.geo.inodes_per_block();
+    let never_used_from = fs.geo.inodes_per_group.saturating_sub(desc.itable_unused);
+    bit - bit % per_block >= never_used_from
 }
 
 /// Whether inode number `ino` is marked in use in its group's bitmap.

@@ -569,37 +569,40 @@ fn append_block(tx: &mut Tx, ino: u32) -> FsResult<(u32, u64)> {
 }
 
 /// Rewrites leaf `phys` to hold exactly `entries`.
-fn write_leaf(tx: &mut Tx, ino: u32, phys: u64, entries: &[RawEntry]) -> FsResult<()> {
+fn write_leaf(tx: &mut Tx, ino: u32, phys: u64, entries: &[Hashed<'_>]) -> FsResult<()> {
     let with_tail = tail(tx.fs);
     let raw = tx.raw_inode(ino)?;
     let seed = seed(tx.fs, ino, &raw);
     tx.modify(phys, |b| {
-        dirent::pack_block(b, with_tail, entries);
+        dirent::pack_block(b, with_tail, entries.iter().map(|h| h.2));
         if let Some(seed) = seed {
             dirent::set_checksum(b, seed);
         }
     })
 }
 
-/// Inserts into leaf `phys` if there is room; returns whether it did.
+/// Inserts into leaf `phys`, read as `bytes`, if there is room; hands `bytes` back if
+/// there is none. The caller's copy of the bytes is dropped before the change, so the
+/// buffer changes in place: a copy held over it made every create copy its leaf.
 fn insert_into(
     tx: &mut Tx,
     ino: u32,
-    (phys, bytes): (u64, &[u8]),
+    (phys, bytes): (u64, Arc<[u8]>),
     name: &[u8],
     child: u32,
     file_type: u8,
-) -> FsResult<bool> {
+) -> FsResult<Option<Arc<[u8]>>> {
     let needed = dirent::entry_size(name.len());
     let mut room = None;
-    visit_leaf(tx.fs, ino, phys, bytes, |e| {
+    visit_leaf(tx.fs, ino, phys, &bytes, |e| {
         if room.is_none() && e.rec_len - e.used_size() >= needed {
             room = Some(e.offset);
         }
     })?;
     let Some(offset) = room else {
-        return Ok(false);
+        return Ok(Some(bytes));
     };
+    drop(bytes);
     let raw = tx.raw_inode(ino)?;
     let seed = seed(tx.fs, ino, &raw);
     tx.modify(phys, |b| {
@@ -609,7 +612,7 @@ fn insert_into(
             dirent::set_checksum(b, seed);
         }
     })?;
-    Ok(true)
+    Ok(None)
 }
 
 /// Adds `name` -> `child` to directory `ino` (which must not hold `name`). May grow the
@@ -622,8 +625,8 @@ pub(crate) fn add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8)
     }
     let blocks = block_count(tx.fs, &raw);
     for logical in 0..blocks {
-        let (phys, bytes) = read_checked(tx.fs, ino, &raw, logical, Kind::Leaf)?;
-        if insert_into(tx, ino, (phys, &bytes), name, child, file_type)? {
+        let leaf = read_checked(tx.fs, ino, &raw, logical, Kind::Leaf)?;
+        if insert_into(tx, ino, leaf, name, child, file_type)?.is_none() {
             return Ok(());
         }
     }
@@ -644,59 +647,78 @@ pub(crate) fn add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8)
     })
 }
 
-/// Sorts entries by hash; returns them with their hashes.
-fn by_hash(
-    tx: &Tx,
+/// A live entry of a leaf and its (major, minor) hash, borrowed from the leaf's bytes.
+type Hashed<'a> = (u32, u32, EntryRef<'a>);
+
+/// The live entries of leaf bytes read with [`read_checked`], after its first `skip`
+/// records, sorted by hash (equal hashes in block order). Names are not copied: a split
+/// used to allocate one vector per name of the leaf.
+fn by_hash<'a>(
+    fs: &FsInner,
     version: u8,
     ino: u32,
-    entries: Vec<RawEntry>,
-) -> FsResult<Vec<(u32, u32, RawEntry)>> {
-    let mut hashed = Vec::with_capacity(entries.len());
-    for e in entries.into_iter().filter(|e| e.inode != 0) {
-        let (major, minor) = name_hash(tx.fs, version, &e.name, ino)?;
-        hashed.push((major, minor, e));
+    (phys, bytes): (u64, &'a [u8]),
+    skip: usize,
+) -> FsResult<Vec<Hashed<'a>>> {
+    let mut hashed = Vec::with_capacity(fs.geo.block_size as usize / dirent::entry_size(1));
+    let (mut record, mut unhashable) = (0, None);
+    visit_leaf(fs, ino, phys, bytes, |e| {
+        record += 1;
+        if record <= skip || e.inode == 0 || unhashable.is_some() {
+            return;
+        }
+        match name_hash(fs, version, e.name, ino) {
+            Ok((major, minor)) => hashed.push((major, minor, e)),
+            Err(err) => unhashable = Some(err),
+        }
+    })?;
+    if let Some(err) = unhashable {
+        return Err(err);
     }
-    hashed.sort_by_key(|(major, minor, _)| (*major, *minor));
+    hashed.sort_unstable_by_key(|(major, minor, e)| (*major, *minor, e.offset));
     Ok(hashed)
 }
 
 /// Splits hash-sorted entries in two; returns (kept, moved, index hash of the moved part).
-fn split_by_hash(mut hashed: Vec<(u32, u32, RawEntry)>) -> (Vec<RawEntry>, Vec<RawEntry>, u32) {
-    let half = hashed.len() / 2;
-    let moved = hashed.split_off(half);
+fn split_by_hash<'h, 'a>(hashed: &'h [Hashed<'a>]) -> (&'h [Hashed<'a>], &'h [Hashed<'a>], u32) {
+    let (kept, moved) = hashed.split_at(hashed.len() / 2);
     let mut split_hash = moved[0].0;
-    if hashed
+    if kept
         .last()
         .is_some_and(|(major, _, _)| *major == split_hash)
     {
         split_hash |= 1;
     }
-    let strip = |v: Vec<(u32, u32, RawEntry)>| v.into_iter().map(|(_, _, e)| e).collect();
-    (strip(hashed), strip(moved), split_hash)
+    (kept, moved, split_hash)
 }
 
 /// Turns a full one-block linear directory into an indexed one with two leaves.
 fn make_indexed(tx: &mut Tx, ino: u32) -> FsResult<()> {
     let raw = tx.raw_inode(ino)?;
     let (phys0, bytes) = read_checked(tx.fs, ino, &raw, 0, Kind::Leaf)?;
-    let mut entries = parse_leaf(tx.fs, ino, phys0, &bytes)?;
-    if entries.len() < 2 || entries[0].name != b"." || entries[1].name != b".." {
+    let mut dots = Vec::with_capacity(2);
+    visit_leaf(tx.fs, ino, phys0, &bytes, |e| {
+        if dots.len() < 2 {
+            dots.push((e.name, e.inode));
+        }
+    })?;
+    let [(b".", dot_inode), (b"..", dotdot_inode)] = dots[..] else {
         return Err(FsError::Inconsistent(format!(
             "directory {ino}: block 0 does not start with \".\" and \"..\""
         )));
-    }
-    let rest = entries.split_off(2);
+    };
     let info = DxRootInfo {
-        dot_inode: entries[0].inode,
-        dotdot_inode: entries[1].inode,
+        dot_inode,
+        dotdot_inode,
         hash_version: tx.fs.default_hash_version,
         indirect_levels: 0,
     };
-    let (kept, moved, split_hash) = split_by_hash(by_hash(tx, info.hash_version, ino, rest)?);
+    let hashed = by_hash(tx.fs, info.hash_version, ino, (phys0, &bytes), 2)?;
+    let (kept, moved, split_hash) = split_by_hash(&hashed);
     let (left, left_phys) = append_block(tx, ino)?;
     let (right, right_phys) = append_block(tx, ino)?;
-    write_leaf(tx, ino, left_phys, &kept)?;
-    write_leaf(tx, ino, right_phys, &moved)?;
+    write_leaf(tx, ino, left_phys, kept)?;
+    write_leaf(tx, ino, right_phys, moved)?;
     let root = vec![
         DxEntry {
             hash: 0,
@@ -751,15 +773,16 @@ fn htree_add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8) -> F
     dx_seek(tx.fs, ino, &raw, &mut path, major)?;
     let leaf = path.leaf();
     let (phys, bytes) = read_checked(tx.fs, ino, &raw, leaf, Kind::Leaf)?;
-    if insert_into(tx, ino, (phys, &bytes), name, child, file_type)? {
+    let Some(bytes) = insert_into(tx, ino, (phys, bytes), name, child, file_type)? else {
         return Ok(());
-    }
+    };
     check_index_room(tx, &path)?;
-    let entries = parse_leaf(tx.fs, ino, phys, &bytes)?;
-    let (kept, moved, split_hash) = split_by_hash(by_hash(tx, info.hash_version, ino, entries)?);
+    // `bytes` stays the leaf as read: the rewrite below goes to a copy of the buffer.
+    let hashed = by_hash(tx.fs, info.hash_version, ino, (phys, &bytes), 0)?;
+    let (kept, moved, split_hash) = split_by_hash(&hashed);
     let (new_leaf, new_phys) = append_block(tx, ino)?;
-    write_leaf(tx, ino, phys, &kept)?;
-    write_leaf(tx, ino, new_phys, &moved)?;
+    write_leaf(tx, ino, phys, kept)?;
+    write_leaf(tx, ino, new_phys, moved)?;
     dx_insert(
         tx,
         ino,
@@ -774,15 +797,16 @@ fn htree_add(tx: &mut Tx, ino: u32, name: &[u8], child: u32, file_type: u8) -> F
     } else {
         (phys, kept)
     };
-    let bytes = tx.buffer(target_phys)?.bytes();
+    let target_bytes = tx.buffer(target_phys)?.bytes();
     if cfg!(debug_assertions) {
-        let parsed = parse_leaf(tx.fs, ino, target_phys, &bytes)?;
+        let parsed = parse_leaf(tx.fs, ino, target_phys, &target_bytes)?;
         assert_eq!(
             parsed.iter().filter(|e| e.inode != 0).count(),
             target_entries.len()
         );
     }
-    if insert_into(tx, ino, (target_phys, &bytes), name, child, file_type)? {
+    let target = (target_phys, target_bytes);
+    if insert_into(tx, ino, target, name, child, file_type)?.is_none() {
         return Ok(());
     }
     Err(FsError::Inconsistent(format!(

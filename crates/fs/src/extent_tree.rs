@@ -115,6 +115,25 @@ fn child_slot(list: &[Index], logical: u32) -> usize {
         .saturating_sub(1)
 }
 
+/// The child of `node` (at `block`, `None` for the root) whose subtree covers `logical`,
+/// read and checked; `None` if `node` is a leaf.
+fn child_for(
+    io: &mut dyn MetaRead,
+    (block, node): (Option<u64>, &Node),
+    owner: &TreeOwner,
+    logical: u32,
+) -> FsResult<Option<(u64, Node)>> {
+    let Entries::Index(list) = &node.entries else {
+        return Ok(None);
+    };
+    if list.is_empty() {
+        return Err(corrupt_empty_index(owner, block));
+    }
+    let child = list[child_slot(list, logical)].child;
+    let read = read_node(io, child, owner, node.depth - 1)?;
+    Ok(Some((child, read)))
+}
+
 /// The path from the root to the leaf that covers `logical`.
 fn find_path(
     io: &mut dyn MetaRead,
@@ -128,20 +147,32 @@ fn find_path(
     }];
     loop {
         let last = path.last().expect("a path has a root");
-        let Entries::Index(list) = &last.node.entries else {
+        let Some((block, node)) = child_for(io, (last.block, &last.node), owner, logical)? else {
             return Ok(path);
         };
-        if list.is_empty() {
-            return Err(corrupt_empty_index(owner, last.block));
-        }
-        let child = list[child_slot(list, logical)].child;
-        let depth = last.node.depth - 1;
-        let node = read_node(io, child, owner, depth)?;
         path.push(PathNode {
-            block: Some(child),
+            block: Some(block),
             node,
         });
     }
+}
+
+/// The extents of the leaf that covers `logical`: a read needs no path (nor the vector
+/// one costs: a directory looks up each of its blocks on every create).
+fn find_leaf(
+    io: &mut dyn MetaRead,
+    root: &[u8],
+    owner: &TreeOwner,
+    logical: u32,
+) -> FsResult<Vec<Extent>> {
+    let (mut block, mut node) = (None, read_root(root, owner)?);
+    while let Some((child, read)) = child_for(io, (block, &node), owner, logical)? {
+        (block, node) = (Some(child), read);
+    }
+    let Entries::Leaf(list) = node.entries else {
+        unreachable!("child_for stops at a leaf");
+    };
+    Ok(list)
 }
 
 fn corrupt_empty_index(owner: &TreeOwner, block: Option<u64>) -> FsError {
@@ -166,14 +197,10 @@ pub fn lookup(
     owner: &TreeOwner,
     logical: u32,
 ) -> FsResult<Option<Extent>> {
-    let path = find_path(io, root, owner, logical)?;
-    let Entries::Leaf(list) = &path.last().expect("a path has a leaf").node.entries else {
-        unreachable!("find_path ends at a leaf");
-    };
+    let list = find_leaf(io, root, owner, logical)?;
     Ok(list
-        .iter()
-        .find(|e| e.logical <= logical && u64::from(logical) < e.end())
-        .copied())
+        .into_iter()
+        .find(|e| e.logical <= logical && u64::from(logical) < e.end()))
 }
 
 /// The extent at or before `logical` (to place new blocks after it), if any.
@@ -183,11 +210,8 @@ pub fn extent_before(
     owner: &TreeOwner,
     logical: u32,
 ) -> FsResult<Option<Extent>> {
-    let path = find_path(io, root, owner, logical)?;
-    let Entries::Leaf(list) = &path.last().expect("a path has a leaf").node.entries else {
-        unreachable!("find_path ends at a leaf");
-    };
-    Ok(list.iter().rev().find(|e| e.logical <= logical).copied())
+    let list = find_leaf(io, root, owner, logical)?;
+    Ok(list.into_iter().rev().find(|e| e.logical <= logical))
 }
 
 /// Every extent, in order, and every index block, after checking every node.

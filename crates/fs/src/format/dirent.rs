@@ -293,17 +293,22 @@ pub fn init_dot_block(
 /// are chosen here), packed from the start in order, the last record taking the slack:
 /// one pass, where inserting them one by one walks the block once per name. Panics if
 /// they do not fit (the caller split a block that held them).
-pub fn pack_block(block: &mut [u8], has_tail: bool, entries: &[RawEntry]) {
+pub fn pack_block<'a>(
+    block: &mut [u8],
+    has_tail: bool,
+    entries: impl ExactSizeIterator<Item = EntryRef<'a>>,
+) {
     init_empty_block(block, has_tail);
     let end = entries_end(block.len(), has_tail);
+    let count = entries.len();
     let mut offset = 0;
-    for (i, e) in entries.iter().enumerate() {
-        let rec_len = if i + 1 == entries.len() {
+    for (i, e) in entries.enumerate() {
+        let rec_len = if i + 1 == count {
             end - offset
         } else {
             entry_size(e.name.len())
         };
-        write_entry(block, offset, e.inode, rec_len, e.file_type, &e.name);
+        write_entry(block, offset, e.inode, rec_len, e.file_type, e.name);
         offset += rec_len;
     }
 }
@@ -542,16 +547,16 @@ mod tests {
             block: 3,
             ino: Some(12),
         };
-        let named = |inode: u32, name: &[u8]| RawEntry {
+        let named = |inode: u32, name: &'static [u8]| EntryRef {
             offset: 0,
             inode,
             rec_len: 0,
             file_type: FT_REG_FILE,
-            name: name.to_vec(),
+            name,
         };
         let entries = [named(20, b"a"), named(21, b"bbbbb"), named(22, b"cc")];
         let mut block = vec![0u8; 1024];
-        pack_block(&mut block, true, &entries);
+        pack_block(&mut block, true, entries.into_iter());
         let parsed = parse_block(&block, true, loc).unwrap();
         let shape: Vec<(usize, u32, usize, &[u8])> = parsed
             .iter()
@@ -576,7 +581,7 @@ mod tests {
         );
         assert_eq!(parsed[3].rec_len, 1024 - TAIL_SIZE - 40);
         let mut empty = vec![0u8; 1024];
-        pack_block(&mut empty, false, &[]);
+        pack_block(&mut empty, false, std::iter::empty());
         assert_eq!(insert_at(&mut empty, 0, 30, FT_REG_FILE, b"x"), 0);
         assert_eq!(parse_block(&empty, false, loc).unwrap()[0].rec_len, 1024);
     }
