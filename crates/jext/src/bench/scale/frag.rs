@@ -830,6 +830,7 @@ pub(super) fn rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> 
         "| file | extents (jext / ext4) | tree depth after write (jext / ext4) | punch every other block of a (jext / ext4, punches/s) | write b (jext / ext4, MiB/s) | truncate b to 0 (jext / ext4, s) | depth after truncate (jext / ext4) | e2fsck -fn of jext's after punch, write, read, truncate | zram RAM peak (jext / ext4) |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut stopped = None;
+    let mut interrupted = None;
     for &file_bytes in &opts.frag_file_bytes {
         let fs = fs_bytes(file_bytes);
         if let Some(why) = backing.refuses(fs) {
@@ -845,7 +846,14 @@ pub(super) fn rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> 
             .and_then(|ours| Ok((ours, linux_figures(&backing, scratch, file_bytes)?)));
         let (ours, theirs) = match both {
             Ok(both) => both,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Err(e),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                interrupted = Some(e);
+                stopped = Some(format!(
+                    "Interrupted (Ctrl-C) during the {} file: the rows above are complete.",
+                    human(file_bytes)
+                ));
+                break;
+            }
             Err(e) => {
                 stopped = Some(format!(
                     "The {} file failed, so larger ones were not tried: {e}",
@@ -902,5 +910,6 @@ pub(super) fn rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> 
     if let Some(stopped) = stopped {
         let _ = writeln!(out, "\n{stopped}");
     }
-    Ok(())
+    // The finished sizes are in the report; the caller stops the other rows.
+    interrupted.map_or(Ok(()), Err)
 }

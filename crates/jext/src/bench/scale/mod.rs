@@ -87,15 +87,35 @@ impl ScaleOptions {
     }
 }
 
-/// Runs the chosen rows; returns the report as markdown.
+/// Runs the chosen rows; returns the report as markdown. After Ctrl-C the report holds
+/// the rows that finished (the fragmented-file rows keep their finished sizes), since a
+/// long run's first hours are worth keeping.
 pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
     let scratch = Scratch::new(&opts.dir)?;
     let mut out = String::new();
+    match run_rows(opts, root, &scratch, &mut out) {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted && !out.is_empty() => {
+            let _ = writeln!(
+                out,
+                "\nInterrupted (Ctrl-C): the rows above finished, the rest did not run."
+            );
+            Ok(out)
+        }
+        ran => ran.map(|()| out),
+    }
+}
+
+fn run_rows(
+    opts: &ScaleOptions,
+    root: bool,
+    scratch: &Scratch,
+    out: &mut String,
+) -> io::Result<()> {
     if opts.runs("fsck-empty") {
-        empty_rows(opts, &scratch, &mut out)?;
+        empty_rows(opts, scratch, out)?;
     }
     if opts.runs("linux-trees") && root {
-        linux_rows(opts, &scratch, &mut out)?;
+        linux_rows(opts, scratch, out)?;
     } else if opts.runs("linux-trees") {
         let _ = writeln!(
             out,
@@ -103,10 +123,10 @@ pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
         );
     }
     if opts.runs("dir-library") {
-        library_rows(opts, &scratch, &mut out)?;
+        library_rows(opts, scratch, out)?;
     }
     if opts.runs("frag-read") && root {
-        frag::rows(opts, &scratch, &mut out)?;
+        frag::rows(opts, scratch, out)?;
     } else if opts.runs("frag-read") {
         let _ = writeln!(
             out,
@@ -114,11 +134,11 @@ pub fn run(opts: &ScaleOptions, root: bool) -> io::Result<String> {
         );
     }
     if opts.runs("dir-mount") && root {
-        mount_rows(opts, &scratch, &mut out)?;
+        mount_rows(opts, scratch, out)?;
     } else if opts.runs("dir-mount") {
         let _ = writeln!(out, "\nSKIPPED: the mount rows need root.");
     }
-    Ok(out)
+    Ok(())
 }
 
 fn empty_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
