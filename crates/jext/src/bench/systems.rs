@@ -369,9 +369,13 @@ fn mkfs_jext(device: Arc<dyn jext::BlockDevice>, fast_commit: bool) -> io::Resul
         .map_err(io::Error::other)
 }
 
+/// Zeroes the journal at mkfs, as `mkfs.ext4` does on these devices: a log never written
+/// sits in unallocated parts of the image file, and each of jext's first commits then paid
+/// the host file system's allocation on its flush (80 KiB append + fsync alone, p50 1.96 ms
+/// against 1.33 ms with the journal written; ext4 ordered 1.03-1.28 ms).
 fn jext_mkfs_options(fast_commit: bool) -> MkfsOptions {
     MkfsOptions {
-        assume_zeroed: true,
+        assume_zeroed: false,
         fast_commit,
         label: "jext-bench".into(),
         ..MkfsOptions::default()
