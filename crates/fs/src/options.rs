@@ -126,9 +126,9 @@ pub struct MountOptions {
 
 /// The default cache bound: an eighth of the memory jext may use (RAM, or a cgroup's
 /// limit), at least 64 MiB and at most 32 GiB. The kernel lets dirty data reach 10% of RAM
-/// before it writes any back; with a fixed 256 MiB bound jext wrote a busy writer's data
-/// out within a fraction of a second, under the fsyncs of every other file (the fsync-tail
-/// bench beside a 100 MiB/s writer: 244-1,961 KiB written per fsync where ext4 wrote 100).
+/// before it writes any back; a fixed 256 MiB bound started at 19 MiB, so a busy writer's
+/// data went out within seconds, under the fsyncs of every other file (`WritebackPolicy`
+/// takes its thresholds from memory, capped by this bound).
 pub fn default_cache_size_bytes() -> usize {
     const MIN_BYTES: u64 = 64 << 20;
     const MAX_BYTES: u64 = 32 << 30;
