@@ -29,6 +29,7 @@ pub struct Args {
     pub repetitions: Option<usize>,
     pub dir: PathBuf,
     pub only: Option<String>,
+    pub frag_sizes: Option<String>,
     pub out: Option<PathBuf>,
 }
 
@@ -45,6 +46,9 @@ pub fn run(args: Args) -> i32 {
 fn bench_command(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.experiment == "scale" {
         return scale_command(&args);
+    }
+    if args.frag_sizes.is_some() {
+        return Err("--frag-sizes is an option of `jext bench scale` only".into());
     }
     let experiments = Experiment::parse(&args.experiment)?;
     let mut opts = if args.quick {
@@ -170,6 +174,14 @@ fn scale_command(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             )
             .into());
         }
+    }
+    if let Some(list) = &args.frag_sizes {
+        opts.frag_file_bytes = list
+            .split(',')
+            .map(|size| {
+                jext_fs::options::parse_size_in("--frag-sizes", size.trim(), 1 << 20..=1 << 50)
+            })
+            .collect::<Result<_, _>>()?;
     }
     let root = bench::running_as_root();
     if !root {

@@ -233,6 +233,11 @@ enum Command {
         /// dir-library, dir-mount).
         #[arg(long)]
         only: Option<String>,
+        /// For scale: the sizes of the fragmented file instead of the default curve,
+        /// comma-separated (e.g. "1G,100G"), to rerun the points of a long curve that
+        /// did not finish.
+        #[arg(long)]
+        frag_sizes: Option<String>,
         /// Also write report.md and results.json into this directory.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -306,6 +311,7 @@ pub fn run(cli: Cli) -> i32 {
             repetitions,
             dir,
             only,
+            frag_sizes,
             out,
         } => bench::run(bench::Args {
             experiment,
@@ -313,6 +319,7 @@ pub fn run(cli: Cli) -> i32 {
             repetitions,
             dir,
             only,
+            frag_sizes,
             out,
         }),
     }
