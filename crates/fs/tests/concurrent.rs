@@ -265,24 +265,56 @@ fn run(mode: DataMode, name: &str) {
     let expected: Files = models.into_iter().flatten().collect();
     let mut seen = Files::new();
     tree(&fs, "/", &mut seen);
-    assert_eq!(
-        seen.keys().collect::<Vec<_>>(),
-        expected.keys().collect::<Vec<_>>(),
-        "the tree's names are the union of the threads' models"
+    assert_same_tree(
+        &seen,
+        &expected,
+        "the mounted tree (the union of the threads' models)",
     );
-    for (path, data) in &expected {
-        assert!(
-            seen[path] == *data,
-            "{path} differs from its thread's model"
-        );
-    }
     fs.unmount().unwrap();
     assert_e2fsck_clean(&image);
     let again = Fs::open_path(&image, options).unwrap();
     let mut remounted = Files::new();
     tree(&again, "/", &mut remounted);
-    assert!(remounted == expected, "the remounted tree differs");
+    assert_same_tree(&remounted, &expected, "the tree after unmount and remount");
     again.unmount().unwrap();
+}
+
+/// The first few runs of bytes where `a` and `b` differ (over their common length); runs
+/// less than 64 bytes apart are one (two patterns agree on a byte now and then).
+fn differing_ranges(a: &[u8], b: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for i in (0..a.len().min(b.len())).filter(|&i| a[i] != b[i]) {
+        if let Some(run) = runs.last_mut().filter(|run| i < run.end + 64) {
+            run.end = i + 1;
+        } else if runs.len() == 8 {
+            break;
+        } else {
+            runs.push(i..i + 1);
+        }
+    }
+    runs
+}
+
+/// Fails naming every path that is missing, extra, or reads differently, with the sizes
+/// and the first byte that differs, so a rare failure says what went wrong.
+fn assert_same_tree(got: &Files, expected: &Files, what: &str) {
+    let mut wrong = Vec::new();
+    for (path, want) in expected {
+        match got.get(path) {
+            None => wrong.push(format!("{path}: missing ({} bytes expected)", want.len())),
+            Some(have) if have != want => wrong.push(format!(
+                "{path}: {} bytes, expected {}; differing byte ranges {:?}",
+                have.len(),
+                want.len(),
+                differing_ranges(have, want)
+            )),
+            Some(_) => {}
+        }
+    }
+    for path in got.keys().filter(|p| !expected.contains_key(*p)) {
+        wrong.push(format!("{path}: present, not expected"));
+    }
+    assert!(wrong.is_empty(), "{what} differs:\n{}", wrong.join("\n"));
 }
 
 #[test]
