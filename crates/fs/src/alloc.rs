@@ -348,7 +348,11 @@ pub(crate) fn free_blocks(tx: &mut Tx, start: u64, count: u64) -> FsResult<()> {
             start + count
         )));
     }
-    let tid = tx.tid();
+    // Held before a bit is cleared: an allocator that finds the bits clear must also find
+    // the hold, or another thread's handle could take a block and journal it in this
+    // same transaction before `forget_block` below revokes it, dropping that handle's
+    // change from the transaction (its data never reached the disk).
+    tx.fs.alloc.pending.lock().hold(start, count, tx.tid());
     let mut block = start;
     let end = start + count;
     while block < end {
@@ -361,7 +365,6 @@ pub(crate) fn free_blocks(tx: &mut Tx, start: u64, count: u64) -> FsResult<()> {
         }
         block += u64::from(n);
     }
-    tx.fs.alloc.pending.lock().hold(start, count, tid);
     Ok(())
 }
 
@@ -413,6 +416,10 @@ pub(crate) fn mark_blocks(tx: &mut Tx, start: u64, count: u64, used: bool) -> Fs
             "marking blocks {start}..{} outside the file system",
             start.saturating_add(count)
         )));
+    }
+    if !used {
+        // Before the bits clear, as in `free_blocks`.
+        tx.fs.alloc.pending.lock().hold(start, count, tx.tid());
     }
     let mut changed_total = 0;
     let mut block = start;
@@ -466,10 +473,6 @@ pub(crate) fn mark_blocks(tx: &mut Tx, start: u64, count: u64, used: bool) -> Fs
         }
         changed_total += u64::from(changed);
         block += u64::from(n);
-    }
-    if !used {
-        let tid = tx.tid();
-        tx.fs.alloc.pending.lock().hold(start, count, tid);
     }
     Ok(changed_total)
 }
