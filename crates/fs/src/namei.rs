@@ -127,9 +127,9 @@ pub(crate) fn create(op: &mut Op, parent: u32, name: &[u8], node: NewNode) -> Fs
     op.lock(parent, Reach::First)?;
     let parent_raw = load_dir(op, parent)?;
     inode_guard::check_dir_add(parent, parent_raw.flags())?;
-    if dir::lookup(fs, parent, &parent_raw, name)?.is_some() {
+    let Err(room) = dir::lookup_for_add(fs, parent, &parent_raw, name)? else {
         return Err(FsError::Exists(name_str(name)));
-    }
+    };
     let kind = FileKind::from_mode(node.mode)
         .ok_or_else(|| FsError::Invalid(format!("mode {:o} names no file type", node.mode)))?;
     let is_dir = kind == FileKind::Directory;
@@ -169,7 +169,7 @@ pub(crate) fn create(op: &mut Op, parent: u32, name: &[u8], node: NewNode) -> Fs
     let mut tx = Tx::begin(op, NAMESPACE_CREDITS)?;
     let r = create_in(
         &mut tx,
-        parent,
+        (parent, room),
         name,
         kind,
         NewNode { mode, gid, ..node },
@@ -184,9 +184,10 @@ fn dir_nlink(fs: &FsInner) -> bool {
         .has_ro_compat(crate::format::superblock::features::RO_COMPAT_DIR_NLINK)
 }
 
+/// `room`: where the lookup that showed `name` absent found room for it, if it did.
 fn create_in(
     tx: &mut Tx,
-    parent: u32,
+    (parent, room): (u32, Option<dir::Room>),
     name: &[u8],
     kind: FileKind,
     node: NewNode,
@@ -236,7 +237,7 @@ fn create_in(
     } else {
         0
     };
-    dir::add(tx, parent, name, ino, file_type)?;
+    dir::add_at(tx, parent, name, ino, file_type, room)?;
     touch_dir(tx, parent, t)?;
     tx.write_inode(parent)?;
     // Every new name is remembered until durable: a fast commit creates the regular
@@ -268,7 +269,7 @@ fn leave_whiteout(tx: &mut Tx, parent: u32, name: &[u8], uid: u32, gid: u32) -> 
         access: None,
         default: None,
     };
-    create_in(tx, parent, name, FileKind::CharDevice, node, &none).map(drop)
+    create_in(tx, (parent, None), name, FileKind::CharDevice, node, &none).map(drop)
 }
 
 /// A symlink's target: in `i_block` when short ("fast"), else in one data block.

@@ -387,6 +387,20 @@ pub fn insert_at(block: &mut [u8], offset: usize, inode: u32, file_type: u8, nam
     new_offset
 }
 
+/// The slack of the record at `offset` (what [`insert_at`] can use there), or `None` if
+/// no well-formed record starts there.
+pub fn room_at(block: &[u8], offset: usize) -> Option<usize> {
+    let bs = block.len();
+    if offset + ENTRY_HEADER > bs {
+        return None;
+    }
+    let rec_len = rec_len_from_disk(u16_at(block, offset + 4), bs);
+    let used = used_size(u32_at(block, offset), usize::from(block[offset + 6]));
+    (offset + rec_len <= bs)
+        .then(|| rec_len.checked_sub(used))
+        .flatten()
+}
+
 /// Removes the record at `offset`: merged into the previous record, or marked unused if
 /// it is the first of the block.
 pub fn remove(block: &mut [u8], has_tail: bool, offset: usize) {

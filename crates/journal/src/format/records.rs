@@ -68,11 +68,11 @@ pub enum RecordKind {
     Zeroed,
 }
 
-/// One changed run of bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One changed run of bytes: where it goes in the block, and how many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Range {
     pub offset: usize,
-    pub bytes: Vec<u8>,
+    pub len: usize,
 }
 
 /// What one home block becomes when its transaction replays.
@@ -81,17 +81,25 @@ pub struct Record {
     pub fs_block: u64,
     pub kind: RecordKind,
     pub ranges: Vec<Range>,
+    /// The ranges' bytes back to back, in range order: one allocation per record, not
+    /// one per range (an inode-table block of new inodes has a hundred ranges, and their
+    /// allocations were a sixth of the commit thread's time for 10^6 creates).
+    pub bytes: Vec<u8>,
 }
 
 impl Record {
     /// Bytes the entry takes in a records block.
     pub fn encoded_len(&self) -> usize {
-        ENTRY_HEADER_SIZE
-            + self
-                .ranges
-                .iter()
-                .map(|r| RANGE_HEADER_SIZE + r.bytes.len())
-                .sum::<usize>()
+        ENTRY_HEADER_SIZE + self.ranges.len() * RANGE_HEADER_SIZE + self.bytes.len()
+    }
+
+    /// Each range with its bytes.
+    pub fn pieces(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        let mut at = 0;
+        self.ranges.iter().map(move |r| {
+            at += r.len;
+            (r.offset, &self.bytes[at - r.len..at])
+        })
     }
 
     /// Applies the record to `block` (recovery's state of its home block).
@@ -99,14 +107,14 @@ impl Record {
         if self.kind == RecordKind::Zeroed {
             block.fill(0);
         }
-        for range in &self.ranges {
-            block[range.offset..range.offset + range.bytes.len()].copy_from_slice(&range.bytes);
+        for (offset, bytes) in self.pieces() {
+            block[offset..offset + bytes.len()].copy_from_slice(bytes);
         }
     }
 
     /// Bytes of block data the record carries.
     pub fn payload_len(&self) -> usize {
-        self.ranges.iter().map(|r| r.bytes.len()).sum()
+        self.bytes.len()
     }
 }
 
@@ -118,73 +126,77 @@ pub fn records_capacity(block_size: usize) -> usize {
 /// The runs where `new` differs from `base` (or, without a base, from zeros), merged when
 /// closer than [`MERGE_GAP`], as (start, end). Stops and returns `None` once the entry
 /// would take more than `limit` bytes.
+///
+/// One pass, eight bytes at a time: a word that did not change costs a compare, a word
+/// wholly changed extends the run by eight at once, and only the bytes of a partly
+/// changed word are visited one by one. Every changed byte is carried, so a block of new
+/// data (journaled file data, most of it) is given up after about `limit` bytes, in
+/// words; a byte walk of each changed 64-byte chunk was, with a count of the changed
+/// bytes before it, most of the commit thread's time for 10^6 creates in one directory.
 fn changed_runs(base: Option<&[u8]>, new: &[u8], limit: usize) -> Option<Vec<(usize, usize)>> {
-    // Every changed byte is carried, so their count alone may already be too many: a
-    // block of new data (journaled file data, most of it) is then given up after a word-
-    // wise count instead of a walk byte by byte to the limit, which on the commit thread
-    // cost tens of milliseconds a writeback batch of 2,048 blocks.
-    if ENTRY_HEADER_SIZE + changed_bytes(base, new) > limit {
-        return None;
-    }
-    const CHUNK: usize = 64;
-    let differs = |i: usize| match base {
-        Some(base) => base[i] != new[i],
-        None => new[i] != 0,
-    };
-    let same_chunk = |at: usize, end: usize| match base {
-        Some(base) => base[at..end] == new[at..end],
-        None => new[at..end].iter().all(|&b| b == 0),
-    };
+    const LOW_BITS: u64 = 0x0101_0101_0101_0101;
     let mut runs: Vec<(usize, usize)> = Vec::new();
     let mut size = ENTRY_HEADER_SIZE;
-    let mut at = 0;
-    while at < new.len() {
-        let end = (at + CHUNK).min(new.len());
-        if same_chunk(at, end) {
-            at = end;
+    // Carries bytes `from..to` (all changed, or the last one is) in the runs.
+    let mut carry = |runs: &mut Vec<(usize, usize)>, from: usize, to: usize| match runs.last_mut() {
+        Some(last) if from - last.1 <= MERGE_GAP => {
+            size += to - last.1;
+            last.1 = to;
+            size
+        }
+        _ => {
+            size += RANGE_HEADER_SIZE + to - from;
+            runs.push((from, to));
+            size
+        }
+    };
+    for (w, diff) in diff_words(base, new).enumerate() {
+        if diff == 0 {
             continue;
         }
-        for i in at..end {
-            if !differs(i) {
-                continue;
-            }
-            match runs.last_mut() {
-                Some(last) if i - last.1 <= MERGE_GAP => {
-                    size += i + 1 - last.1;
-                    last.1 = i + 1;
+        let at = w * 8;
+        // One bit per changed byte, at the byte's lowest bit.
+        let mut changed = diff | diff >> 4;
+        changed |= changed >> 2;
+        changed |= changed >> 1;
+        changed &= LOW_BITS;
+        let size = if changed == LOW_BITS && at + 8 <= new.len() {
+            carry(&mut runs, at, at + 8)
+        } else {
+            let mut size = 0;
+            while changed != 0 {
+                let i = at + (changed.trailing_zeros() / 8) as usize;
+                changed &= changed - 1;
+                size = carry(&mut runs, i, i + 1);
+                if size > limit {
+                    break;
                 }
-                _ => {
-                    size += RANGE_HEADER_SIZE + 1;
-                    runs.push((i, i + 1));
-                }
             }
-            if size > limit {
-                return None;
-            }
+            size
+        };
+        if size > limit {
+            return None;
         }
-        at = end;
     }
     Some(runs)
 }
 
-/// How many bytes of `new` differ from `base` (or, without a base, are not zero).
-fn changed_bytes(base: Option<&[u8]>, new: &[u8]) -> usize {
-    const LOW_BITS: u64 = 0x0101_0101_0101_0101;
-    let word = |bytes: &[u8]| {
-        let mut w = [0u8; 8];
-        w[..bytes.len()].copy_from_slice(bytes);
-        u64::from_le_bytes(w)
+/// `new` XOR `base` (or zeros) eight bytes at a time, little-endian, so that byte `k` of
+/// word `w` is byte `w * 8 + k` of the block; a last short word is padded with zeros on
+/// both sides (it differs nowhere there).
+fn diff_words<'a>(base: Option<&'a [u8]>, new: &'a [u8]) -> impl Iterator<Item = u64> + 'a {
+    let word = |bytes: &[u8]| match <[u8; 8]>::try_from(bytes) {
+        Ok(whole) => u64::from_le_bytes(whole),
+        Err(_) => {
+            let mut w = [0u8; 8];
+            w[..bytes.len()].copy_from_slice(bytes);
+            u64::from_le_bytes(w)
+        }
     };
-    let words = new.chunks(8).enumerate().map(|(i, chunk)| {
+    new.chunks(8).enumerate().map(move |(i, chunk)| {
         let other = base.map_or(0, |base| word(&base[i * 8..i * 8 + chunk.len()]));
-        // Folds each byte of the difference onto its low bit: one bit per changed byte.
-        let mut x = word(chunk) ^ other;
-        x |= x >> 4;
-        x |= x >> 2;
-        x |= x >> 1;
-        (x & LOW_BITS).count_ones() as usize
-    });
-    words.sum()
+        word(chunk) ^ other
+    })
 }
 
 /// The smallest record that turns `base` (recovery's state of the block before this
@@ -202,17 +214,22 @@ pub fn plan_record(fs_block: u64, base: Option<&[u8]>, new: &[u8], limit: usize)
         (None, Some(z)) => (RecordKind::Zeroed, z),
         (None, None) => return None,
     };
+    let mut bytes = Vec::with_capacity(runs.iter().map(|(s, e)| e - s).sum());
     let ranges = runs
         .into_iter()
-        .map(|(start, end)| Range {
-            offset: start,
-            bytes: new[start..end].to_vec(),
+        .map(|(start, end)| {
+            bytes.extend_from_slice(&new[start..end]);
+            Range {
+                offset: start,
+                len: end - start,
+            }
         })
         .collect();
     Some(Record {
         fs_block,
         kind,
         ranges,
+        bytes,
     })
 }
 
@@ -261,14 +278,14 @@ impl LogFormat {
             };
             put_u16(&mut block, at + 10, record.ranges.len() as u16);
             at += ENTRY_HEADER_SIZE;
-            for range in &record.ranges {
-                let end = range.offset + range.bytes.len();
-                assert!(!range.bytes.is_empty() && end <= self.block_size);
-                put_u16(&mut block, at, range.offset as u16);
-                put_u16(&mut block, at + 2, range.bytes.len() as u16);
+            for (offset, bytes) in record.pieces() {
+                let end = offset + bytes.len();
+                assert!(!bytes.is_empty() && end <= self.block_size);
+                put_u16(&mut block, at, offset as u16);
+                put_u16(&mut block, at + 2, bytes.len() as u16);
                 at += RANGE_HEADER_SIZE;
-                block[at..at + range.bytes.len()].copy_from_slice(&range.bytes);
-                at += range.bytes.len();
+                block[at..at + bytes.len()].copy_from_slice(bytes);
+                at += bytes.len();
             }
         }
         put_u32(&mut block, USED_OFFSET, at as u32);
@@ -317,6 +334,7 @@ impl LogFormat {
             let count = u16_at(block, at + 10);
             at += ENTRY_HEADER_SIZE;
             let mut ranges: Vec<Range> = Vec::with_capacity(usize::from(count));
+            let mut bytes = Vec::new();
             for _ in 0..count {
                 if at + RANGE_HEADER_SIZE > used {
                     return Err(bad(format!(
@@ -326,9 +344,7 @@ impl LogFormat {
                 let offset = usize::from(u16_at(block, at));
                 let len = usize::from(u16_at(block, at + 2));
                 at += RANGE_HEADER_SIZE;
-                let after_previous = ranges
-                    .last()
-                    .is_none_or(|r| offset >= r.offset + r.bytes.len());
+                let after_previous = ranges.last().is_none_or(|r| offset >= r.offset + r.len);
                 if len == 0 || offset + len > self.block_size || !after_previous {
                     return Err(bad(format!(
                         "range {offset}+{len} of block {fs_block} is empty, outside the \
@@ -342,16 +358,15 @@ impl LogFormat {
                          r_used {used}"
                     )));
                 }
-                ranges.push(Range {
-                    offset,
-                    bytes: block[at..at + len].to_vec(),
-                });
+                ranges.push(Range { offset, len });
+                bytes.extend_from_slice(&block[at..at + len]);
                 at += len;
             }
             records.push(Record {
                 fs_block,
                 kind,
                 ranges,
+                bytes,
             });
         }
         Ok(records)
@@ -364,22 +379,66 @@ mod tests {
     use crate::format::blocks::{BlockKind, Csum};
 
     #[test]
-    fn changed_bytes_counts_each_differing_byte_once() {
-        // Bytes that differ in one bit, in all bits, next to each other across word
-        // boundaries, and a length that is not a whole number of words.
-        let base: Vec<u8> = (0..1003u32).map(|i| (i * 37 % 251) as u8).collect();
-        let mut new = base.clone();
-        for i in (0..new.len()).filter(|i| i % 3 == 0 || (i % 64) > 60) {
-            new[i] ^= if i % 2 == 0 { 0x80 } else { 0xFF };
-        }
-        let naive = |base: Option<&[u8]>| {
-            let other = |i: usize| base.map_or(0, |b| b[i]);
-            (0..new.len()).filter(|&i| new[i] != other(i)).count()
+    fn changed_runs_match_a_byte_walk() {
+        // The byte walk the word-wise version replaced, as the reference.
+        let walk = |base: Option<&[u8]>, new: &[u8], limit: usize| {
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            let mut size = ENTRY_HEADER_SIZE;
+            for i in (0..new.len()).filter(|&i| new[i] != base.map_or(0, |b| b[i])) {
+                match runs.last_mut() {
+                    Some(last) if i - last.1 <= MERGE_GAP => {
+                        size += i + 1 - last.1;
+                        last.1 = i + 1;
+                    }
+                    _ => {
+                        size += RANGE_HEADER_SIZE + 1;
+                        runs.push((i, i + 1));
+                    }
+                }
+                if size > limit {
+                    return None;
+                }
+            }
+            Some(runs)
         };
-        assert_eq!(changed_bytes(Some(&base), &new), naive(Some(&base)));
-        assert_eq!(changed_bytes(None, &new), naive(None));
-        assert_eq!(changed_bytes(Some(&new), &new), 0);
-        // A block of new data past half changed goes whole, as the byte walk decided.
+        let base: Vec<u8> = (0..1003u32).map(|i| (i * 37 % 251) as u8).collect();
+        // Changes at word edges, gaps of exactly MERGE_GAP and one more, a change in the
+        // short last word, and sparse bytes as an inode-table block has them.
+        let patterns: [&dyn Fn(usize) -> bool; 4] = [
+            &|i| i % 8 == 7 || i % 8 == 0,
+            &|i| i % (MERGE_GAP + 1) == 0 || i % (MERGE_GAP + 2) == 0,
+            &|i| i >= 1000,
+            &|i| i % 97 < 3,
+        ];
+        for changed in patterns {
+            let mut new = base.clone();
+            for (_, byte) in new.iter_mut().enumerate().filter(|(i, _)| changed(*i)) {
+                *byte ^= 0x5A;
+            }
+            for limit in [16, 200, 700, 1003, 4096] {
+                assert_eq!(
+                    changed_runs(Some(&base), &new, limit),
+                    walk(Some(&base), &new, limit)
+                );
+                assert_eq!(changed_runs(None, &new, limit), walk(None, &new, limit));
+            }
+        }
+        // Wholly changed words next to partly changed ones, and a block of new data
+        // past half changed, which goes whole.
+        let mut new = base.clone();
+        for (_, byte) in new
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| i % 64 < 40 || i % 7 == 0)
+        {
+            *byte ^= 0xFF;
+        }
+        for limit in [16, 700, 1003, 4096] {
+            assert_eq!(
+                changed_runs(Some(&base), &new, limit),
+                walk(Some(&base), &new, limit)
+            );
+        }
         assert_eq!(plan_record(1, Some(&base), &new, base.len() / 2), None);
     }
 
@@ -473,10 +532,8 @@ mod tests {
         let record = |n: usize| Record {
             fs_block: n as u64,
             kind: RecordKind::Delta,
-            ranges: vec![Range {
-                offset: 0,
-                bytes: vec![1; n],
-            }],
+            ranges: vec![Range { offset: 0, len: n }],
+            bytes: vec![1; n],
         };
         let records: Vec<Record> = [400, 500, 100, 900, 8].into_iter().map(record).collect();
         let groups = pack(&records, 1024);
@@ -493,16 +550,8 @@ mod tests {
         let good = Record {
             fs_block: 5,
             kind: RecordKind::Delta,
-            ranges: vec![
-                Range {
-                    offset: 10,
-                    bytes: vec![1; 4],
-                },
-                Range {
-                    offset: 20,
-                    bytes: vec![2; 4],
-                },
-            ],
+            ranges: vec![Range { offset: 10, len: 4 }, Range { offset: 20, len: 4 }],
+            bytes: [[1; 4], [2; 4]].concat(),
         };
         let block = f.encode_records(1, std::slice::from_ref(&good));
         let mut cases: Vec<(Vec<u8>, &str)> = Vec::new();
