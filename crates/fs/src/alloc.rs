@@ -351,7 +351,7 @@ pub(crate) fn free_blocks(tx: &mut Tx, start: u64, count: u64) -> FsResult<()> {
     // Held before a bit is cleared: an allocator that finds the bits clear must also find
     // the hold, or another thread's handle could take a block and journal it in this
     // same transaction before `forget_block` below revokes it, dropping that handle's
-    // change from the transaction (its data never reached the disk).
+    // change from the transaction (that block, data or metadata, never reached the log).
     tx.fs.alloc.pending.lock().hold(start, count, tx.tid());
     let mut block = start;
     let end = start + count;
