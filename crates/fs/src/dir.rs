@@ -648,16 +648,29 @@ fn insert_into(
         return Ok(Some(bytes));
     };
     drop(bytes);
+    // The inode lock held over this operation kept the block as `bytes` showed it.
+    insert_record(tx, ino, (phys, offset), name, child, file_type)?;
+    Ok(None)
+}
+
+/// Puts `name` -> `child` into the slack of the record at `offset` of leaf `phys`, which
+/// has room for it, and reseals the leaf's checksum.
+fn insert_record(
+    tx: &mut Tx,
+    ino: u32,
+    (phys, offset): (u64, usize),
+    name: &[u8],
+    child: u32,
+    file_type: u8,
+) -> FsResult<()> {
     let raw = tx.raw_inode(ino)?;
     let seed = seed(tx.fs, ino, &raw);
     tx.modify(phys, |b| {
-        // The inode lock held over this operation kept the block as `bytes` showed it.
         dirent::insert_at(b, offset, child, file_type, name);
         if let Some(seed) = seed {
             dirent::set_checksum(b, seed);
         }
-    })?;
-    Ok(None)
+    })
 }
 
 /// [`add`], at `room` when the lookup that showed `name` absent found some (the
@@ -676,18 +689,13 @@ pub(crate) fn add_at(
     };
     check_name(name)?;
     // Checked again rather than trusted: a wrong room is a fallback, never a panic.
-    let buf = tx.buffer(room.phys)?;
-    if !buf.read(|b| dirent::room_at(b, room.offset) >= Some(needed)) {
+    let fits = tx
+        .buffer(room.phys)?
+        .read(|b| dirent::room_at(b, room.offset) >= Some(needed));
+    if !fits {
         return add(tx, ino, name, child, file_type);
     }
-    let raw = tx.raw_inode(ino)?;
-    let seed = seed(tx.fs, ino, &raw);
-    tx.modify_buf(&buf, |b| {
-        dirent::insert_at(b, room.offset, child, file_type, name);
-        if let Some(seed) = seed {
-            dirent::set_checksum(b, seed);
-        }
-    })
+    insert_record(tx, ino, (room.phys, room.offset), name, child, file_type)
 }
 
 /// Adds `name` -> `child` to directory `ino` (which must not hold `name`). May grow the
