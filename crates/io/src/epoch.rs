@@ -68,6 +68,11 @@ pub(crate) struct Request {
 }
 
 impl Request {
+    /// Where it sorts among pending writes: by offset, then issue order.
+    fn key(&self) -> (u64, u64) {
+        (self.offset, self.seq)
+    }
+
     fn end(&self) -> u64 {
         self.offset + self.data.len() as u64
     }
@@ -121,12 +126,80 @@ pub struct QueueStats {
     pub mean_queue_depth: f64,
 }
 
+/// Issued writes not yet dispatched, by (offset, issue sequence), in two classes kept
+/// apart: a pass that plans one class never walks the other (thousands of queued
+/// `BACKGROUND` writeback writes would otherwise be walked on every completion).
+#[derive(Default)]
+struct Pending {
+    sync: BTreeMap<(u64, u64), Request>,
+    background: BTreeMap<(u64, u64), Request>,
+}
+
+impl Pending {
+    fn insert(&mut self, r: Request) {
+        let class = self.class_mut(r.background());
+        let old = class.insert(r.key(), r);
+        assert!(old.is_none(), "issue sequences are unique");
+    }
+
+    fn class_mut(&mut self, background: bool) -> &mut BTreeMap<(u64, u64), Request> {
+        if background {
+            &mut self.background
+        } else {
+            &mut self.sync
+        }
+    }
+
+    /// One class, by offset.
+    fn class(&self, background: bool) -> &BTreeMap<(u64, u64), Request> {
+        if background {
+            &self.background
+        } else {
+            &self.sync
+        }
+    }
+
+    fn get(&self, key: (u64, u64)) -> Option<&Request> {
+        self.sync.get(&key).or_else(|| self.background.get(&key))
+    }
+
+    fn get_mut(&mut self, key: (u64, u64)) -> Option<&mut Request> {
+        match self.sync.get_mut(&key) {
+            Some(r) => Some(r),
+            None => self.background.get_mut(&key),
+        }
+    }
+
+    fn remove(&mut self, key: (u64, u64)) -> Option<Request> {
+        self.sync
+            .remove(&key)
+            .or_else(|| self.background.remove(&key))
+    }
+
+    /// Writes of both classes starting in `[from, end)`.
+    fn starting_in(&self, from: u64, end: u64) -> impl Iterator<Item = &Request> {
+        let range = (from, 0)..(end, 0);
+        self.sync
+            .range(range.clone())
+            .chain(self.background.range(range))
+            .map(|(_, r)| r)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Request> {
+        self.sync.values().chain(self.background.values())
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sync.is_empty() && self.background.is_empty()
+    }
+}
+
 /// The scheduler's state; see the module documentation.
 pub(crate) struct Scheduler {
     barrier_mode: bool,
     volatile_cache: bool,
-    /// Issued, not yet dispatched, by (offset, issue sequence).
-    pending: BTreeMap<(u64, u64), Request>,
+    /// Issued, not yet dispatched.
+    pending: Pending,
     /// The longest request ever issued, to bound overlap searches.
     max_len: u64,
     next_seq: u64,
@@ -167,7 +240,7 @@ impl Scheduler {
         Scheduler {
             barrier_mode,
             volatile_cache,
-            pending: BTreeMap::new(),
+            pending: Pending::default(),
             max_len: 0,
             next_seq: 0,
             untransferred: BTreeSet::new(),
@@ -229,18 +302,15 @@ impl Scheduler {
         }
         self.max_len = self.max_len.max(data.len() as u64);
         self.untransferred.insert(seq);
-        self.pending.insert(
-            (offset, seq),
-            Request {
-                seq,
-                offset,
-                data,
-                flags,
-                epoch,
-                ticket,
-                preflush: None,
-            },
-        );
+        self.pending.insert(Request {
+            seq,
+            offset,
+            data,
+            flags,
+            epoch,
+            ticket,
+            preflush: None,
+        });
     }
 
     /// Asks for a flush numbered at least `number` (see [`Scheduler::next_flush`]).
@@ -341,7 +411,7 @@ impl Scheduler {
             let next = self.flushes_dispatched + 1;
             let request = self
                 .pending
-                .get_mut(&(offset, seq))
+                .get_mut((offset, seq))
                 .expect("a pending preflush write is pending");
             if drained && request.preflush.is_none() {
                 request.preflush = Some(next);
@@ -373,8 +443,8 @@ impl Scheduler {
         let from = offset.saturating_sub(self.max_len);
         !self
             .pending
-            .range((from, 0)..(end, 0))
-            .any(|(_, p)| p.seq < r.seq && p.overlaps(offset, end))
+            .starting_in(from, end)
+            .any(|p| p.seq < r.seq && p.overlaps(offset, end))
     }
 
     /// Plans up to `slots` write commands from the eligible writes, by offset, merging
@@ -390,7 +460,7 @@ impl Scheduler {
             .into_iter()
             .map(|keys| {
                 keys.iter()
-                    .map(|k| self.pending.remove(k).expect("planned from pending"))
+                    .map(|&k| self.pending.remove(k).expect("planned from pending"))
                     .collect()
             })
             .collect();
@@ -416,8 +486,8 @@ impl Scheduler {
         let mut run_end = 0u64;
         let mut run_bytes = 0usize;
         let mut run_fua = false;
-        for (key, r) in &self.pending {
-            if r.background() != background || !self.eligible(r) {
+        for (key, r) in self.pending.class(background) {
+            if !self.eligible(r) {
                 continue;
             }
             let joins = runs.last().is_some()
@@ -597,10 +667,14 @@ impl Scheduler {
             .preflush_pending
             .iter()
             .map(|(&seq, &offset)| (offset, seq))
-            .filter(|k| self.pending[k].preflush.is_some_and(|f| f <= number))
+            .filter(|&k| {
+                self.pending
+                    .get(k)
+                    .is_some_and(|r| r.preflush.is_some_and(|f| f <= number))
+            })
             .collect();
         for key in waiting {
-            let r = self.pending.remove(&key).expect("listed as pending");
+            let r = self.pending.remove(key).expect("listed as pending");
             self.preflush_pending.remove(&r.seq);
             self.drop_unsent(r, err.clone());
         }
@@ -614,12 +688,12 @@ impl Scheduler {
         }
         let later: Vec<(u64, u64)> = self
             .pending
-            .iter()
-            .filter(|(_, r)| r.epoch.is_some_and(|e| e > epoch))
-            .map(|(k, _)| *k)
+            .all()
+            .filter(|r| r.epoch.is_some_and(|e| e > epoch))
+            .map(Request::key)
             .collect();
         for key in later {
-            let r = self.pending.remove(&key).expect("listed as pending");
+            let r = self.pending.remove(key).expect("listed as pending");
             self.preflush_pending.remove(&r.seq);
             let failure = not_ordered(&err, r.offset, r.data.len());
             self.drop_unsent(r, failure);
