@@ -11,6 +11,7 @@ use crate::format::csum::inode_seed;
 use crate::format::extent::{Extent, MAX_INIT_LEN, MAX_UNWRITTEN_LEN};
 use crate::format::inode::{flags, Inode};
 use crate::meta::MetaRead;
+use crate::node_memo::NodeMemo;
 use crate::state::FsInner;
 use crate::tx::Tx;
 use std::sync::Arc;
@@ -22,6 +23,10 @@ impl MetaRead for &FsInner {
 
     fn read_block(&mut self, block: u64) -> FsResult<Arc<[u8]>> {
         Ok(self.cache.get(block)?.bytes())
+    }
+
+    fn node_memo(&self) -> Option<&NodeMemo> {
+        Some(&self.extent_nodes)
     }
 }
 
@@ -77,6 +82,42 @@ pub(crate) fn extents_in(
     require_extents(ino, raw)?;
     let mut reader = fs;
     extent_tree::extents_in(&mut reader, raw.i_block(), &owner(fs, ino, raw), from, to)
+}
+
+/// Logical blocks looked at per extent-tree walk while finding holes: a huge, fully
+/// mapped range costs many short walks rather than one list of millions of extents.
+const HOLE_SCAN_WINDOW_BLOCKS: u64 = 1 << 16;
+
+/// The holes of inode `ino` in logical blocks `[from, to)`, as (first block, blocks), in
+/// order and merged: a 100 GiB hole is one walk down the tree, not one lookup per block.
+pub(crate) fn holes_in(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    from: u64,
+    to: u64,
+) -> FsResult<Vec<(u64, u64)>> {
+    let mut holes: Vec<(u64, u64)> = Vec::new();
+    let mut add_hole = |start: u64, end: u64| match holes.last_mut() {
+        Some((s, n)) if *s + *n == start => *n += end - start,
+        _ => holes.push((start, end - start)),
+    };
+    let mut pos = from;
+    while pos < to {
+        let window_end = (pos + HOLE_SCAN_WINDOW_BLOCKS).min(to);
+        for e in extents_in(fs, ino, raw, pos, window_end)? {
+            let start = u64::from(e.logical);
+            if start > pos {
+                add_hole(pos, start.min(window_end));
+            }
+            pos = pos.max(e.end());
+        }
+        if pos < window_end {
+            add_hole(pos, window_end);
+        }
+        pos = pos.max(window_end);
+    }
+    Ok(holes)
 }
 
 /// Every extent and every extent-tree block of inode `ino`, after checking every node.

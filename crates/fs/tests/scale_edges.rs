@@ -3,7 +3,8 @@
 //! request at byte 1024, and a file system filled to the last block by fallocate, then
 //! punched every other block, must find room for its extent-tree splits (in the metadata
 //! reserve fallocate leaves, or among the blocks its punches freed) instead of aborting
-//! the journal halfway through a punch. Its one-directory rows: inode allocation passes
+//! the journal halfway through a punch; preallocating a huge range finds its holes by
+//! walking the extent tree, across the scan's windows. Its one-directory rows: inode allocation passes
 //! over groups it saw full, and must still find an inode freed in one, also while other
 //! threads allocate and free.
 
@@ -162,6 +163,46 @@ fn punching_every_other_block_of_a_full_file_system_never_aborts() {
     // Every punch splits an extent; the splits need blocks only the punches freed, and
     // those come back only once their transaction commits.
     punch_every_other_block(&fs, &a, blocks);
+    drop(a);
+    unmount_and_fsck(&fs, dev);
+}
+
+#[test]
+fn preallocating_around_scattered_data_maps_every_hole_and_keeps_the_data() {
+    let dev = Arc::new(SimDevice::new(256 << 20));
+    let opts = MkfsOptions {
+        block_size: Some(1024),
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.clone(), &opts).unwrap();
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let a = fs.create_file("/a", 0o644).unwrap();
+    // Written blocks on both sides of the hole scan's 65,536-block windows, one that ends
+    // a window and one that starts the next.
+    let written: [u64; 5] = [5, 65_535, 65_536, 70_000, 140_000];
+    for &block in &written {
+        a.write_at(block * 1024, &[block as u8 | 1; 1024]).unwrap();
+    }
+    a.fsync().unwrap();
+    let total_blocks = 150_000u64;
+    fs.fallocate(a.ino(), 0, total_blocks * 1024, FallocateMode::default())
+        .unwrap();
+    let extents = fs.extents(a.ino()).unwrap();
+    let mapped: u64 = extents.iter().map(|e| u64::from(e.len)).sum();
+    assert_eq!(
+        mapped, total_blocks,
+        "every hole of [0, {total_blocks}) mapped"
+    );
+    for &block in &written {
+        let holder = extents
+            .iter()
+            .find(|e| u64::from(e.logical) <= block && block < e.end())
+            .unwrap_or_else(|| panic!("block {block} unmapped"));
+        assert!(!holder.unwritten, "written block {block} became unwritten");
+        let back = a.read_at(block * 1024, 1024).unwrap();
+        assert_eq!(back, [block as u8 | 1; 1024], "block {block}'s data");
+    }
     drop(a);
     unmount_and_fsck(&fs, dev);
 }

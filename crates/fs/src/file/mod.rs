@@ -179,22 +179,7 @@ pub(crate) fn fallocate(
         punch_hole(op, ino, offset, end)?;
     }
     let raw = op.inode(ino).raw.clone();
-    let mut holes = Vec::new();
-    let mut index = offset / bs;
-    while index < end.div_ceil(bs) {
-        match blockmap::lookup(fs, ino, &raw, index as u32)? {
-            Some(e) => index = e.end(),
-            None => {
-                let start = index;
-                while index < end.div_ceil(bs)
-                    && blockmap::lookup(fs, ino, &raw, index as u32)?.is_none()
-                {
-                    index += 1;
-                }
-                holes.push((start, index - start));
-            }
-        }
-    }
+    let holes = blockmap::holes_in(fs, ino, &raw, offset / bs, end.div_ceil(bs))?;
     let wanted: u64 = holes.iter().map(|(_, n)| n).sum();
     // As ext4, preallocation leaves the metadata reserve and the dirty pages' blocks
     // alone: a later punch that splits an extent, or writeback, may need them.
