@@ -20,6 +20,7 @@ use crate::format::extent::{
 };
 use crate::format::Location;
 use crate::meta::{MetaIo, MetaRead};
+use std::sync::Arc;
 
 /// Which inode a tree belongs to, for checksums, errors and allocation goals.
 #[derive(Clone, Copy, Debug)]
@@ -72,16 +73,39 @@ fn read_root(root: &[u8], owner: &TreeOwner) -> FsResult<Node> {
     )?)
 }
 
-fn read_node(io: &mut dyn MetaRead, block: u64, owner: &TreeOwner, depth: u16) -> FsResult<Node> {
+/// The node in `block`, decoded and checked (or found already so in the memo).
+fn read_node(
+    io: &mut dyn MetaRead,
+    block: u64,
+    owner: &TreeOwner,
+    depth: u16,
+) -> FsResult<Arc<Node>> {
     let loc = Location::Block {
         block,
         ino: Some(owner.ino),
     };
     let bytes = io.read_block(block)?;
-    let node = Node::decode(&bytes, false, loc)?;
-    if let Some(seed) = owner.inode_seed {
-        verify_block_checksum(&bytes, seed, loc)?;
-    }
+    let memo = io.node_memo();
+    let node = match memo.and_then(|m| m.get(block, owner, &bytes)) {
+        Some(node) => {
+            debug_assert_eq!(
+                Node::decode(&bytes, false, loc).ok().as_ref(),
+                Some(&*node),
+                "the memo's node for block {block} differs from its bytes"
+            );
+            node
+        }
+        None => {
+            let node = Arc::new(Node::decode(&bytes, false, loc)?);
+            if let Some(seed) = owner.inode_seed {
+                verify_block_checksum(&bytes, seed, loc)?;
+            }
+            if let Some(memo) = memo {
+                memo.put(block, owner, &bytes, node.clone());
+            }
+            node
+        }
+    };
     if node.depth != depth {
         return Err(FsError::Corrupt(crate::format::FormatError::new(
             "extent node",
@@ -100,10 +124,20 @@ fn write_node(
 ) -> FsResult<()> {
     match pn.block {
         None => pn.node.encode(root, true, None),
-        Some(block) => {
-            let node = &pn.node;
-            let seed = owner.inode_seed;
-            io.modify_block(block, &mut |bytes| node.encode(bytes, false, seed))?;
+        Some(block) => store_node(io, owner, block, &pn.node)?,
+    }
+    Ok(())
+}
+
+/// Encodes `node` into `block` and remembers it for the bytes it became: the next walk
+/// through the block (a punch's next lookup, a write's next page) needs no decode.
+fn store_node(io: &mut dyn MetaIo, owner: &TreeOwner, block: u64, node: &Node) -> FsResult<()> {
+    let seed = owner.inode_seed;
+    io.modify_block(block, &mut |bytes| node.encode(bytes, false, seed))?;
+    if io.node_memo().is_some() {
+        let bytes = io.read_block(block)?;
+        if let Some(memo) = io.node_memo() {
+            memo.put(block, owner, &bytes, Arc::new(node.clone()));
         }
     }
     Ok(())
@@ -122,7 +156,7 @@ fn child_for(
     (block, node): (Option<u64>, &Node),
     owner: &TreeOwner,
     logical: u32,
-) -> FsResult<Option<(u64, Node)>> {
+) -> FsResult<Option<(u64, Arc<Node>)>> {
     let Entries::Index(list) = &node.entries else {
         return Ok(None);
     };
@@ -152,27 +186,34 @@ fn find_path(
         };
         path.push(PathNode {
             block: Some(block),
-            node,
+            node: Arc::unwrap_or_clone(node),
         });
     }
 }
 
-/// The extents of the leaf that covers `logical`: a read needs no path (nor the vector
-/// one costs: a directory looks up each of its blocks on every create).
+/// The leaf that covers `logical`: a read needs no path (nor the vector one costs: a
+/// directory looks up each of its blocks on every create).
 fn find_leaf(
     io: &mut dyn MetaRead,
     root: &[u8],
     owner: &TreeOwner,
     logical: u32,
-) -> FsResult<Vec<Extent>> {
-    let (mut block, mut node) = (None, read_root(root, owner)?);
+) -> FsResult<Arc<Node>> {
+    let (mut block, mut node) = (None, Arc::new(read_root(root, owner)?));
     while let Some((child, read)) = child_for(io, (block, &node), owner, logical)? {
         (block, node) = (Some(child), read);
     }
-    let Entries::Leaf(list) = node.entries else {
-        unreachable!("child_for stops at a leaf");
+    Ok(node)
+}
+
+/// The last extent of a leaf that starts at or before `logical`, if any (a leaf's extents
+/// are sorted and do not overlap: decode checked it).
+fn last_at_or_before(leaf: &Node, logical: u32) -> Option<Extent> {
+    let Entries::Leaf(list) = &leaf.entries else {
+        unreachable!("find_leaf stops at a leaf");
     };
-    Ok(list)
+    let after = list.partition_point(|e| e.logical <= logical);
+    after.checked_sub(1).map(|i| list[i])
 }
 
 fn corrupt_empty_index(owner: &TreeOwner, block: Option<u64>) -> FsError {
@@ -197,10 +238,8 @@ pub fn lookup(
     owner: &TreeOwner,
     logical: u32,
 ) -> FsResult<Option<Extent>> {
-    let list = find_leaf(io, root, owner, logical)?;
-    Ok(list
-        .into_iter()
-        .find(|e| e.logical <= logical && u64::from(logical) < e.end()))
+    let leaf = find_leaf(io, root, owner, logical)?;
+    Ok(last_at_or_before(&leaf, logical).filter(|e| u64::from(logical) < e.end()))
 }
 
 /// The extent at or before `logical` (to place new blocks after it), if any.
@@ -210,8 +249,8 @@ pub fn extent_before(
     owner: &TreeOwner,
     logical: u32,
 ) -> FsResult<Option<Extent>> {
-    let list = find_leaf(io, root, owner, logical)?;
-    Ok(list.into_iter().rev().find(|e| e.logical <= logical))
+    let leaf = find_leaf(io, root, owner, logical)?;
+    Ok(last_at_or_before(&leaf, logical))
 }
 
 /// Every extent, in order, and every index block, after checking every node.
@@ -610,7 +649,12 @@ impl Cut {
                         continue;
                     }
                     let child_block = list[i].child;
-                    let mut child = read_node(&mut *io, child_block, owner, node.depth - 1)?;
+                    let mut child = Arc::unwrap_or_clone(read_node(
+                        &mut *io,
+                        child_block,
+                        owner,
+                        node.depth - 1,
+                    )?);
                     self.node(io, owner, &mut child)?;
                     if child.is_empty() {
                         io.free_meta_block(child_block)?;
@@ -619,8 +663,7 @@ impl Cut {
                         continue;
                     }
                     list[i].logical = child.first_logical();
-                    let seed = owner.inode_seed;
-                    io.modify_block(child_block, &mut |bytes| child.encode(bytes, false, seed))?;
+                    store_node(io, owner, child_block, &child)?;
                     i += 1;
                 }
                 Ok(())
@@ -692,7 +735,7 @@ fn shrink_root(
             return Ok(());
         }
         let child_block = list[0].child;
-        let child = read_node(&mut *io, child_block, owner, root.depth - 1)?;
+        let child = Arc::unwrap_or_clone(read_node(&mut *io, child_block, owner, root.depth - 1)?);
         if child.len() > usize::from(ROOT_MAX_ENTRIES) {
             return Ok(());
         }

@@ -34,6 +34,7 @@ pub mod meta;
 pub mod mkfs;
 mod mount;
 mod namei;
+pub mod node_memo;
 mod op;
 pub mod options;
 mod orphan;

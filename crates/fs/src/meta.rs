@@ -8,6 +8,7 @@
 //! tested against a model without a disk.
 
 use crate::error::{FsError, FsResult};
+use crate::node_memo::NodeMemo;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -17,6 +18,10 @@ pub trait MetaRead {
     fn block_size(&self) -> usize;
     /// The current bytes of `block`.
     fn read_block(&mut self, block: u64) -> FsResult<Arc<[u8]>>;
+    /// Where extent nodes already decoded from these blocks' bytes are remembered.
+    fn node_memo(&self) -> Option<&NodeMemo> {
+        None
+    }
 }
 
 /// Journaled access to metadata blocks, plus block allocation, within one transaction.

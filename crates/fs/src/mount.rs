@@ -352,6 +352,7 @@ pub(crate) fn mount(
         fc_stats: Leaf::new(Rank::Stats, Default::default()),
         adaptive: Leaf::new(Rank::AdaptiveJournal, Default::default()),
         writeback_owners: Default::default(),
+        extent_nodes: Default::default(),
     });
     *inner.alloc.totals.lock() = Totals::load(&inner)?;
     // Before the fast-commit replay: an inode it deletes (or rewrites) may be on the

@@ -73,6 +73,8 @@ pub(crate) struct FsInner {
     pub adaptive: Leaf<crate::adaptive_journal::AdaptiveJournal>,
     /// Which files a writeback is under way for (one at a time per file).
     pub writeback_owners: crate::file::WritebackOwners,
+    /// Extent-tree nodes already decoded and checked.
+    pub extent_nodes: crate::node_memo::NodeMemo,
 }
 
 impl FsInner {

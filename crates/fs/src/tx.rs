@@ -272,6 +272,10 @@ impl MetaRead for Tx<'_, '_> {
     fn read_block(&mut self, block: u64) -> FsResult<Arc<[u8]>> {
         Ok(self.buffer(block)?.bytes())
     }
+
+    fn node_memo(&self) -> Option<&crate::node_memo::NodeMemo> {
+        Some(&self.fs.extent_nodes)
+    }
 }
 
 impl MetaIo for Tx<'_, '_> {
