@@ -84,12 +84,45 @@ pub(crate) fn extents_in(
     extent_tree::extents_in(&mut reader, raw.i_block(), &owner(fs, ino, raw), from, to)
 }
 
-/// Logical blocks looked at per extent-tree walk while finding holes: a huge, fully
-/// mapped range costs many short walks rather than one list of millions of extents.
-const HOLE_SCAN_WINDOW_BLOCKS: u64 = 1 << 16;
+/// Logical blocks looked at by the first extent-tree walk of a search for the next hole
+/// or mapped block; each further walk looks at twice as many, up to the most below. A
+/// file fragmented every other block answers from the first walk; a huge, fully mapped
+/// or empty range costs a few dozen walks, never a list of millions of extents.
+const FIRST_SCAN_WINDOW_BLOCKS: u64 = 64;
+const MAX_SCAN_WINDOW_BLOCKS: u64 = 1 << 16;
+
+/// The first logical block in `[from, to)` of inode `ino` that is a hole (`hole`) or
+/// mapped (`!hole`, unwritten blocks included), if any.
+pub(crate) fn next_hole_or_mapped(
+    fs: &FsInner,
+    ino: u32,
+    raw: &Inode,
+    (from, to): (u64, u64),
+    hole: bool,
+) -> FsResult<Option<u64>> {
+    let mut pos = from;
+    let mut window = FIRST_SCAN_WINDOW_BLOCKS;
+    while pos < to {
+        let window_end = (pos + window).min(to);
+        for e in extents_in(fs, ino, raw, pos, window_end)? {
+            let start = u64::from(e.logical).max(pos);
+            match hole {
+                false => return Ok(Some(start)),
+                true if start > pos => return Ok(Some(pos)),
+                true => pos = e.end(),
+            }
+        }
+        if hole && pos < window_end {
+            return Ok(Some(pos));
+        }
+        pos = pos.max(window_end);
+        window = (window * 2).min(MAX_SCAN_WINDOW_BLOCKS);
+    }
+    Ok(None)
+}
 
 /// The holes of inode `ino` in logical blocks `[from, to)`, as (first block, blocks), in
-/// order and merged: a 100 GiB hole is one walk down the tree, not one lookup per block.
+/// order: a 100 GiB hole is a few walks down the tree, not one lookup per block.
 pub(crate) fn holes_in(
     fs: &FsInner,
     ino: u32,
@@ -97,25 +130,12 @@ pub(crate) fn holes_in(
     from: u64,
     to: u64,
 ) -> FsResult<Vec<(u64, u64)>> {
-    let mut holes: Vec<(u64, u64)> = Vec::new();
-    let mut add_hole = |start: u64, end: u64| match holes.last_mut() {
-        Some((s, n)) if *s + *n == start => *n += end - start,
-        _ => holes.push((start, end - start)),
-    };
+    let mut holes = Vec::new();
     let mut pos = from;
-    while pos < to {
-        let window_end = (pos + HOLE_SCAN_WINDOW_BLOCKS).min(to);
-        for e in extents_in(fs, ino, raw, pos, window_end)? {
-            let start = u64::from(e.logical);
-            if start > pos {
-                add_hole(pos, start.min(window_end));
-            }
-            pos = pos.max(e.end());
-        }
-        if pos < window_end {
-            add_hole(pos, window_end);
-        }
-        pos = pos.max(window_end);
+    while let Some(start) = next_hole_or_mapped(fs, ino, raw, (pos, to), true)? {
+        let end = next_hole_or_mapped(fs, ino, raw, (start, to), false)?.unwrap_or(to);
+        holes.push((start, end - start));
+        pos = end;
     }
     Ok(holes)
 }

@@ -4,7 +4,8 @@
 //! punched every other block, must find room for its extent-tree splits (in the metadata
 //! reserve fallocate leaves, or among the blocks its punches freed) instead of aborting
 //! the journal halfway through a punch; preallocating a huge range finds its holes by
-//! walking the extent tree, across the scan's windows. Its one-directory rows: inode allocation passes
+//! walking the extent tree in windows, as SEEK_DATA and SEEK_HOLE do. Its one-directory
+//! rows: inode allocation passes
 //! over groups it saw full, and must still find an inode freed in one, also while other
 //! threads allocate and free.
 
@@ -178,8 +179,8 @@ fn preallocating_around_scattered_data_maps_every_hole_and_keeps_the_data() {
     mkfs(dev.clone(), &opts).unwrap();
     let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
     let a = fs.create_file("/a", 0o644).unwrap();
-    // Written blocks on both sides of the hole scan's 65,536-block windows, one that ends
-    // a window and one that starts the next.
+    // Written blocks alone and side by side, near and far apart: holes of one block to
+    // tens of thousands, longer than the hole scan's first windows and its largest.
     let written: [u64; 5] = [5, 65_535, 65_536, 70_000, 140_000];
     for &block in &written {
         a.write_at(block * 1024, &[block as u8 | 1; 1024]).unwrap();
@@ -203,6 +204,58 @@ fn preallocating_around_scattered_data_maps_every_hole_and_keeps_the_data() {
         let back = a.read_at(block * 1024, 1024).unwrap();
         assert_eq!(back, [block as u8 | 1; 1024], "block {block}'s data");
     }
+    drop(a);
+    unmount_and_fsck(&fs, dev);
+}
+
+#[test]
+fn seek_data_and_hole_in_a_huge_sparse_file_see_extents_and_dirty_pages() {
+    let (dev, fs) = small_groups();
+    let a = fs.create_file("/a", 0o644).unwrap();
+    let keep = FallocateMode {
+        keep_size: true,
+        ..FallocateMode::default()
+    };
+    let write = |blocks: std::ops::Range<u64>| {
+        for block in blocks {
+            a.write_at(block * 1024, &[1u8; 1024]).unwrap();
+        }
+    };
+    write(10..20);
+    write(40_000..40_001);
+    a.fsync().unwrap();
+    fs.fallocate(a.ino(), 30 * 1024, 5 * 1024, keep).unwrap();
+    // Left dirty: data whether or not writeback has mapped them by the time of the seek.
+    for block in [50, 52, 54, 35] {
+        write(block..block + 1);
+    }
+    let size_blocks = 2_000_000u64;
+    a.set_len(size_blocks * 1024).unwrap();
+    let data: std::collections::BTreeSet<u64> =
+        (10..20).chain(30..36).chain([50, 52, 54, 40_000]).collect();
+    let offsets = (0..60 * 1024).step_by(512).chain([
+        39_999 * 1024,
+        40_000 * 1024 + 7,
+        (size_blocks - 1) * 1024,
+    ]);
+    for offset in offsets {
+        let block = offset / 1024;
+        let next_data = data.range(block..).next().map(|&d| (d * 1024).max(offset));
+        match (fs.seek_data_or_hole(a.ino(), offset, false), next_data) {
+            (Ok(at), Some(want)) => assert_eq!(at, want, "SEEK_DATA from {offset}"),
+            (Err(FsError::NoSuchOffset(_)), None) => {}
+            (got, want) => panic!("SEEK_DATA from {offset}: {got:?}, expected {want:?}"),
+        }
+        let hole_block = (block..).find(|b| !data.contains(b)).unwrap();
+        let want_hole = (hole_block * 1024).max(offset);
+        let at = fs.seek_data_or_hole(a.ino(), offset, true).unwrap();
+        assert_eq!(at, want_hole, "SEEK_HOLE from {offset}");
+    }
+    let past_end = fs.seek_data_or_hole(a.ino(), size_blocks * 1024, false);
+    assert!(
+        matches!(past_end, Err(FsError::NoSuchOffset(_))),
+        "{past_end:?}"
+    );
     drop(a);
     unmount_and_fsck(&fs, dev);
 }

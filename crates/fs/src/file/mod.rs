@@ -34,6 +34,7 @@ use crate::truncate;
 use crate::tx::Tx;
 use crate::types::{FallocateMode, Timestamp};
 use jext_journal::{tid_geq, Tid};
+use std::collections::BTreeSet;
 
 /// Metadata blocks (extent and bitmap blocks) a preallocation may need besides its data.
 const ALLOCATION_METADATA_BLOCKS: u64 = 16;
@@ -296,39 +297,31 @@ pub(crate) fn seek(op: &mut Op, ino: u32, offset: u64, hole: bool) -> FsResult<u
             "offset {offset} is at or past the end ({size} bytes) of inode {ino}"
         )));
     }
-    let no_data = || FsError::NoSuchOffset(format!("no data after offset {offset} in inode {ino}"));
     let bs = u64::from(fs.geo.block_size);
-    let mut data_blocks: Vec<(u64, u64)> = extents(op, ino)?
-        .iter()
-        .map(|e| (u64::from(e.logical), e.end()))
-        .collect();
-    let per_page = fs.pages.lock().page_size() as u64 / bs;
-    data_blocks.extend(
-        fs.pages
-            .lock()
-            .dirty_indices(ino)
-            .into_iter()
-            .map(|p| (p * per_page, (p + 1) * per_page)),
-    );
-    data_blocks.sort_unstable();
-    let mut block = offset / bs;
-    for (start, end) in data_blocks {
-        if end <= block {
-            continue;
-        }
-        if hole {
-            if start > block {
-                break; // a gap before this run: the hole starts at `block`
+    // A page is a block: page `i` holds logical block `i`.
+    let dirty_blocks: BTreeSet<u64> = fs.pages.lock().dirty_indices(ino).into_iter().collect();
+    let raw = op.inode(ino).raw.clone();
+    let (first, end) = (offset / bs, size.div_ceil(bs));
+    let no_data = || FsError::NoSuchOffset(format!("no data after offset {offset} in inode {ino}"));
+    let found = if hole {
+        // Past every mapped run, and every dirty block a hole would start at.
+        let mut block = first;
+        loop {
+            let at = blockmap::next_hole_or_mapped(fs, ino, &raw, (block, end), true)?;
+            let at = at.unwrap_or(end);
+            if at >= end || !dirty_blocks.contains(&at) {
+                break at;
             }
-            block = end;
-        } else {
-            let at = (start.max(block) * bs).max(offset);
-            return if at < size { Ok(at) } else { Err(no_data()) };
+            block = at + 1;
         }
-    }
-    if hole {
-        Ok((block * bs).max(offset).min(size))
     } else {
-        Err(no_data())
+        let mapped = blockmap::next_hole_or_mapped(fs, ino, &raw, (first, end), false)?;
+        let dirty = dirty_blocks.range(first..).next().copied();
+        mapped.into_iter().chain(dirty).min().ok_or_else(no_data)?
+    };
+    let at = (found * bs).max(offset).min(size);
+    if !hole && at >= size {
+        return Err(no_data());
     }
+    Ok(at)
 }
