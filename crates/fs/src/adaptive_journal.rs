@@ -12,7 +12,12 @@
 //!   `j` (no switch: it has no data yet);
 //! - **truncated to 0** (TRUNCATE mode): it switches to journaled at that truncate, when it
 //!   has no data and no dirty page, through `journal_mode::prepare_flags_change` with the
-//!   file system held alone (the truncate runs exclusive when this is about to happen).
+//!   file system held alone (the truncate runs exclusive when this is about to happen);
+//! - **its header zeroed** (PERSIST mode: SQLite's `zeroJournalHdr` writes 28 zero bytes
+//!   at offset 0 and keeps the file): the content ends there as at a truncate, and the
+//!   file switches to journaled right after that write, through the same switch path with
+//!   the file system held alone (the file keeps its old bytes: the switch writes them
+//!   back and flushes the journal first, as `chattr +j` on a file with data does).
 //!
 //! Everything else stays ordered: a WAL (appended for long, synced at every commit, reset
 //! in place) does not end its content within seconds of writing it. The lifetime counts
@@ -55,6 +60,10 @@ pub const SHORT_LIFE: Duration = Duration::from_secs(5);
 pub const GROWN_BYTES: u64 = 16 * SMALL_BYTES;
 /// (directory, name) pairs remembered from deleted rollback journals.
 pub const REMEMBERED_NAMES: usize = 256;
+
+/// Longest write at offset 0 that, all zeros, ends a file's content as SQLite's PERSIST
+/// journal mode ends a transaction's journal (it zeroes the 28-byte header).
+pub const ZEROED_HEADER_MAX_BYTES: usize = 512;
 
 /// What a regular file did since it was last empty; kept in its in-memory inode.
 #[derive(Clone, Debug, Default)]
@@ -114,6 +123,8 @@ pub struct AdaptiveJournalStats {
     pub born_journaled: u64,
     /// Files switched to journaled at a truncate to 0.
     pub switched_at_truncate: u64,
+    /// Files switched to journaled after their header was zeroed (SQLite's PERSIST mode).
+    pub switched_at_zeroed_header: u64,
     /// Files switched back to ordered because they grew past [`GROWN_BYTES`].
     pub switched_off_grown: u64,
 }
@@ -208,15 +219,47 @@ pub(crate) fn at_create(tx: &mut Tx, parent: u32, name: &[u8], ino: u32) -> FsRe
     Ok(())
 }
 
-/// After `bytes` were written to `ino`: whether it grew out of the journaling the policy
-/// gave it (the caller then runs [`switch_off_grown`] with the file system held alone).
-pub(crate) fn at_write(op: &mut Op, ino: u32, bytes: usize) -> bool {
+/// What the policy asks for after a write; the caller runs it with the file system held
+/// alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AfterWrite {
+    Nothing,
+    /// [`switch_on_zeroed_header`]: a rollback journal's header was zeroed.
+    SwitchOn,
+    /// [`switch_off_grown`]: the file grew out of the journaling the policy gave it.
+    SwitchOff,
+}
+
+/// Whether writing `data` at `offset` zeroes a file's header, as SQLite's PERSIST journal
+/// mode ends a transaction (a rollback journal's header starts with a non-zero magic).
+fn zeroes_header(offset: u64, data: &[u8]) -> bool {
+    offset == 0
+        && !data.is_empty()
+        && data.len() <= ZEROED_HEADER_MAX_BYTES
+        && data.iter().all(|&b| b == 0)
+}
+
+/// After `data` was written at `offset` of `ino`.
+pub(crate) fn at_write(op: &mut Op, ino: u32, offset: u64, data: &[u8]) -> AfterWrite {
     if !op.fs.options.adaptive_journal || !op.inode(ino).is_reg() {
-        return false;
+        return AfterWrite::Nothing;
+    }
+    let now = Instant::now();
+    if zeroes_header(offset, data) && op.inode(ino).adaptive.first_write.is_some() {
+        // The content ends here, as at a truncate to 0: what it wrote no longer counts.
+        let switch = switches_on(op, ino, now);
+        op.inode_mut(ino).adaptive.restart();
+        return match switch {
+            true => AfterWrite::SwitchOn,
+            false => AfterWrite::Nothing,
+        };
     }
     let info = op.inode_mut(ino);
-    info.adaptive.note_write(bytes as u64, Instant::now);
-    info.adaptive.grew_out(info.size)
+    info.adaptive.note_write(data.len() as u64, || now);
+    match info.adaptive.grew_out(info.size) {
+        true => AfterWrite::SwitchOff,
+        false => AfterWrite::Nothing,
+    }
 }
 
 /// After a sync of `ino` was planned.
@@ -244,6 +287,18 @@ pub(crate) fn at_unlink(op: &Op, parent: u32, name: &[u8], target: u32) {
 /// Whether truncating `ino` to 0 now switches it to journaled (the truncate must then run
 /// with the file system held alone).
 pub(crate) fn switches_at_truncate(op: &Op, ino: u32) -> bool {
+    switches_on(op, ino, Instant::now())
+}
+
+/// Whether `ino`'s content, ending at `now`, lived as a rollback journal's, and the policy
+/// may give it `j`.
+fn switches_on(op: &Op, ino: u32, now: Instant) -> bool {
+    may_switch_on(op, ino) && op.inode(ino).adaptive.looks_like_rollback_journal(now)
+}
+
+/// Whether the policy may give `ino` the `j` flag: an ordered regular file, not DAX, that
+/// neither the user nor the policy's own switch-off settled.
+fn may_switch_on(op: &Op, ino: u32) -> bool {
     let fs = op.fs;
     let info = op.inode(ino);
     fs.options.adaptive_journal
@@ -252,7 +307,20 @@ pub(crate) fn switches_at_truncate(op: &Op, ino: u32) -> bool {
         && info.raw.flags() & flags::DAX == 0
         && !info.adaptive.settled
         && !fs.adaptive.lock().user_chosen.contains(&ino)
-        && info.adaptive.looks_like_rollback_journal(Instant::now())
+}
+
+/// Gives `ino` the `j` flag after its header was zeroed ([`AfterWrite::SwitchOn`]); `op`
+/// holds the file system alone. The file has data: the switch path writes it back and
+/// flushes the journal before the flag changes. Checks again: the file may have changed
+/// since the write.
+pub(crate) fn switch_on_zeroed_header(op: &mut Op, ino: u32) -> FsResult<()> {
+    if !may_switch_on(op, ino) {
+        return Ok(());
+    }
+    set_journaled(op, ino, true)?;
+    op.inode_mut(ino).adaptive.policy_journaled = true;
+    op.fs.adaptive.lock().stats.switched_at_zeroed_header += 1;
+    Ok(())
 }
 
 /// After `ino` was truncated to `size`: at 0 the file starts over, and switches to
@@ -395,6 +463,24 @@ mod tests {
             wal.note_sync();
         }
         assert!(!wal.looks_like_rollback_journal(t0 + Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn only_a_short_all_zero_write_at_offset_0_zeroes_a_header() {
+        assert!(zeroes_header(0, &[0; 28]));
+        assert!(zeroes_header(0, &[0; ZEROED_HEADER_MAX_BYTES]));
+        assert!(
+            !zeroes_header(0, &[0; ZEROED_HEADER_MAX_BYTES + 1]),
+            "a page of zeros"
+        );
+        assert!(!zeroes_header(512, &[0; 28]), "not the header");
+        assert!(!zeroes_header(0, &[]));
+        let mut record_count = [0u8; 28];
+        record_count[8] = 1;
+        assert!(
+            !zeroes_header(0, &record_count),
+            "the header's record count"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! concerned: what committed is recovered at the next mount, nothing more.
 
 use crate::acl::{self, AclKind};
-use crate::adaptive_journal::{self, AdaptiveJournalStats};
+use crate::adaptive_journal::{self, AdaptiveJournalStats, AfterWrite};
 use crate::error::{FsError, FsResult};
 use crate::fast_commit;
 use crate::format::inode::flags as iflags;
@@ -488,15 +488,20 @@ impl Fs {
     }
 
     fn write_with(&self, ino: Ino, offset: u64, data: &[u8], touch_times: bool) -> FsResult<usize> {
-        let (written, grew_out) = self.with_room(false, |op| {
+        let (written, after) = self.with_room(false, |op| {
             op.lock(ino, Reach::First)?;
             let written = file::write(op, ino, offset, data, touch_times)?;
-            Ok((written, adaptive_journal::at_write(op, ino, written)))
+            let after = adaptive_journal::at_write(op, ino, offset, &data[..written]);
+            Ok((written, after))
         })?;
-        if grew_out {
+        if after != AfterWrite::Nothing {
             self.with_room(true, |op| {
                 op.lock(ino, Reach::First)?;
-                adaptive_journal::switch_off_grown(op, ino)
+                match after {
+                    AfterWrite::SwitchOn => adaptive_journal::switch_on_zeroed_header(op, ino),
+                    AfterWrite::SwitchOff => adaptive_journal::switch_off_grown(op, ino),
+                    AfterWrite::Nothing => Ok(()),
+                }
             })?;
         }
         // With nothing locked: a throttled writer must not hold up others for its writeback.

@@ -1,6 +1,6 @@
-//! `data=adaptive` through the library: SQLite's DELETE and TRUNCATE rollback-journal
-//! patterns make the journal's data journaled (born so under a remembered name, or
-//! switched at a truncate to 0) while the database and a WAL stay ordered; the choice is
+//! `data=adaptive` through the library: SQLite's DELETE, TRUNCATE and PERSIST
+//! rollback-journal patterns make the journal's data journaled (born so under a
+//! remembered name, switched at a truncate to 0, or after its header was zeroed) while the database and a WAL stay ordered; the choice is
 //! the on-disk `j` flag and survives a remount; the user's `chattr ±j` wins; a journaled
 //! file that grows big goes back to ordered once. Each image passes fsck afterwards.
 
@@ -128,6 +128,42 @@ fn truncate_mode_journal_switches_at_its_first_truncate_and_stays() {
 }
 
 #[test]
+fn persist_mode_journal_switches_after_its_first_zeroed_header_and_keeps_its_bytes() {
+    let dev = fresh(32 << 20);
+    let fs = mount(&dev, "data=adaptive");
+    make_db(&fs);
+    fs.create_file("/db-journal", 0o644).unwrap();
+    let mut seen = Vec::new();
+    for t in 0..4 {
+        seen.push(rollback_transaction(&fs, t));
+        // SQLite's zeroJournalHdr: 28 zero bytes over the header, then a sync.
+        let journal = fs.open_file("/db-journal").unwrap();
+        journal.write_at(0, &[0; 28]).unwrap();
+        journal.fdatasync().unwrap();
+    }
+    assert_eq!(
+        seen,
+        [false, true, true, true],
+        "switched after the first zeroed header"
+    );
+    assert_eq!(fs.adaptive_journal_stats().switched_at_zeroed_header, 1);
+    assert!(!journaled(&fs, "/db"));
+    let mut expected = vec![0u8; 28];
+    expected.extend([9; 512 - 28]);
+    expected.extend([3; PAGE + 4]);
+    let journal = fs.open_file("/db-journal").unwrap();
+    assert_eq!(journal.read_at(0, expected.len()).unwrap(), expected);
+    drop(journal);
+    unmount_and_check(fs, &dev);
+    let fs = mount(&dev, "data=ordered");
+    assert!(journaled(&fs, "/db-journal"));
+    let journal = fs.open_file("/db-journal").unwrap();
+    assert_eq!(journal.read_at(0, expected.len()).unwrap(), expected);
+    drop(journal);
+    unmount_and_check(fs, &dev);
+}
+
+#[test]
 fn a_wal_and_other_files_stay_ordered() {
     let dev = fresh(32 << 20);
     let fs = mount(&dev, "data=adaptive");
@@ -154,6 +190,13 @@ fn a_wal_and_other_files_stay_ordered() {
         drop(tmp);
         fs.unlink(fs.root(), b"tmp-file").unwrap();
     }
+    // Nor is a file whose header is zeroed after more than a rollback journal holds.
+    let big = fs.create_file("/big", 0o644).unwrap();
+    big.write_at(0, &vec![6; 2 << 20]).unwrap();
+    big.fsync().unwrap();
+    big.write_at(0, &[0; 28]).unwrap();
+    assert!(!big.journals_data().unwrap());
+    drop(big);
     // Nor is an empty file synced and deleted.
     for _ in 0..2 {
         let empty = fs.create_file("/lock", 0o644).unwrap();
