@@ -68,6 +68,21 @@ fn rollback_transaction(fs: &Fs, t: usize) -> bool {
     journal.journals_data().unwrap()
 }
 
+/// The database and four rollback transactions through one kept `/db-journal`, each
+/// ended by `end` (TRUNCATE or PERSIST mode); whether the journal journaled its data in
+/// each.
+fn kept_journal_transactions(fs: &Fs, end: impl Fn(&jext_fs::File)) -> Vec<bool> {
+    make_db(fs);
+    fs.create_file("/db-journal", 0o644).unwrap();
+    (0..4)
+        .map(|t| {
+            let journaled = rollback_transaction(fs, t);
+            end(&fs.open_file("/db-journal").unwrap());
+            journaled
+        })
+        .collect()
+}
+
 #[test]
 fn delete_mode_journals_are_born_journaled_after_the_first() {
     let dev = fresh(32 << 20);
@@ -104,15 +119,10 @@ fn delete_mode_journals_are_born_journaled_after_the_first() {
 fn truncate_mode_journal_switches_at_its_first_truncate_and_stays() {
     let dev = fresh(32 << 20);
     let fs = mount(&dev, "data=adaptive");
-    make_db(&fs);
-    fs.create_file("/db-journal", 0o644).unwrap();
-    let mut seen = Vec::new();
-    for t in 0..4 {
-        seen.push(rollback_transaction(&fs, t));
-        let journal = fs.open_file("/db-journal").unwrap();
+    let seen = kept_journal_transactions(&fs, |journal| {
         journal.set_len(0).unwrap();
         journal.fsync().unwrap();
-    }
+    });
     assert_eq!(
         seen,
         [false, true, true, true],
@@ -131,16 +141,11 @@ fn truncate_mode_journal_switches_at_its_first_truncate_and_stays() {
 fn persist_mode_journal_switches_after_its_first_zeroed_header_and_keeps_its_bytes() {
     let dev = fresh(32 << 20);
     let fs = mount(&dev, "data=adaptive");
-    make_db(&fs);
-    fs.create_file("/db-journal", 0o644).unwrap();
-    let mut seen = Vec::new();
-    for t in 0..4 {
-        seen.push(rollback_transaction(&fs, t));
+    let seen = kept_journal_transactions(&fs, |journal| {
         // SQLite's zeroJournalHdr: 28 zero bytes over the header, then a sync.
-        let journal = fs.open_file("/db-journal").unwrap();
         journal.write_at(0, &[0; 28]).unwrap();
         journal.fdatasync().unwrap();
-    }
+    });
     assert_eq!(
         seen,
         [false, true, true, true],
