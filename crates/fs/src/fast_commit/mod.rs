@@ -68,7 +68,9 @@ pub enum Ineligible {
     Xattr,
     /// A new file's directory chain is deeper than a fast commit carries.
     DeepPath,
-    /// The file's directory was created by a transaction that is not durable.
+    /// A new file's directory was made in the fast commit's transaction (an ext4 fast
+    /// commit cannot create it right for Linux; an i-transaction could not, see
+    /// `plan_new_directories`), or a directory not yet durable was fsync'd.
     NewDirectory,
     /// The fast-commit area is full until the running transaction commits.
     AreaFull,
