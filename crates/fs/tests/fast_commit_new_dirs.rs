@@ -27,8 +27,6 @@ fn fresh_device() -> Arc<SimDevice> {
     let opts = MkfsOptions {
         assume_zeroed: true,
         fast_commit: true,
-        block_size: Some(4096),
-        journal_blocks: Some(16384),
         ..MkfsOptions::default()
     };
     mkfs(dev.clone(), &opts).unwrap();
