@@ -381,10 +381,11 @@ fn new_directories(fc: &FcState, chain: &[(u32, NewName)], tid: Tid) -> Vec<(u32
 ///   `ext4_fc_replay_inode` calls `ext4_mark_inode_used`, which refuses an inode below
 ///   `s_first_ino` with -EFSCORRUPTED, and the whole recovery fails (the mount with it).
 ///
-/// Elsewhere the counts can be put right (checked with 6.18 on jext-written records: the
-/// directory's INODE again after every CREAT, as one fresh block with its link count,
-/// then the parent's INODE), all but the group's directory count. So those fsyncs
-/// commit in full.
+/// Elsewhere the counts can be put right (the directory's INODE again after every
+/// CREAT, then the parent's INODE), all but the group's directory count: the test
+/// `linux_replays_a_new_directory_with_its_group_count_one_short` (tests/
+/// fast_commit_new_dirs.rs) replays such records with Linux. So those fsyncs commit in
+/// full.
 fn plan_new_directories(
     op: &mut Op,
     ino: u32,
