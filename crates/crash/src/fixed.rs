@@ -7,7 +7,8 @@
 //!   the odd-numbered ones fsync'd), `append-extents` (a file grown by 4 KiB appends,
 //!   each fsync'd, interleaved with a second file so that its extents do not merge and
 //!   it needs external extent blocks), `deep-path` (an fsync of a file N directories
-//!   down), and `threads` (four workers' random mkdir/create/write/truncate/unlink/fsync,
+//!   down, then of a file in the same directory and of one under two new directories
+//!   below the top one), and `threads` (four workers' random mkdir/create/write/truncate/unlink/fsync,
 //!   interleaved by a seeded scheduler so that every run is the same).
 //! - SQLite's write and sync patterns: `sqlite-rollback` (DELETE journal mode, N
 //!   transactions), `sqlite-truncate` (the same in TRUNCATE journal mode: the journal
@@ -204,6 +205,15 @@ fn deep_path(depth: usize) -> Vec<Op> {
         Op::Creat(format!("{dir}/after")),
         write(&leaf, 5000, 3000),
         Op::Fsync(format!("{dir}/after")),
+    ]);
+    // New directories under one the leaf's fsync created.
+    let side = "/d0/side/s2";
+    ops.extend([
+        Op::Mkdir("/d0/side".to_string()),
+        Op::Mkdir(side.to_string()),
+        Op::Creat(format!("{side}/f")),
+        write(&format!("{side}/f"), 0, 2000),
+        Op::Fsync(format!("{side}/f")),
     ]);
     ops
 }

@@ -13,12 +13,7 @@ mod common;
 
 use common::{e2fsck, list_dir, mkfs_ext4, run, LoopMount, Scratch};
 use jext_device::{CrashCapture, SimDevice};
-use jext_fs::format::superblock::{features, Superblock};
-use jext_fs::format::Location;
 use jext_fs::{FileKind, Fs, Ino, MountOptions, ROOT_INO};
-use jext_journal::format::fast_commit::{FastCommitWriter, FcRecord};
-use jext_journal::format::superblock::JournalSuperblock;
-use jext_journal::{AreaRun, JournalArea};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -589,55 +584,6 @@ fn random_linux_work_replays_as_linux_replays_it() {
     }
 }
 
-/// Writes `records` back into a cleanly unmounted image's fast-commit area as fast commits
-/// of the journal's next tid, and marks the image as needing recovery: the next mount
-/// replays them again, onto the result of their first replay.
-fn pend_fast_commits_again(image: &Path, records: &[FcRecord]) {
-    let fs = Fs::open_path(image, MountOptions::default()).unwrap();
-    let runs: Vec<AreaRun> = fs
-        .extents(8)
-        .unwrap()
-        .iter()
-        .map(|e| AreaRun {
-            logical: e.logical,
-            physical: e.start,
-            len: e.len,
-        })
-        .collect();
-    let block_size = fs.block_size();
-    fs.unmount().unwrap();
-    drop(fs);
-    let area = JournalArea::new(block_size, runs).unwrap();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(image)
-        .unwrap();
-    let mut bytes = vec![0u8; block_size as usize];
-    file.read_exact_at(&mut bytes, area.byte_offset(0)).unwrap();
-    let mut jsb = JournalSuperblock::decode(&bytes, area.len_blocks()).unwrap();
-    assert!(jsb.is_clean(), "the unmount left the journal empty");
-    jsb.enable_fast_commit();
-    let mut writer = FastCommitWriter::new(block_size as usize, jsb.sequence(), true);
-    for record in records {
-        writer.push(record);
-    }
-    let first = jsb.fast_commit_first().unwrap();
-    for (i, block) in writer.finish().iter().enumerate() {
-        file.write_all_at(block, area.byte_offset(first + i as u32))
-            .unwrap();
-    }
-    jsb.set_start(jsb.first());
-    file.write_all_at(&jsb.encode(), area.byte_offset(0))
-        .unwrap();
-    let mut raw = vec![0u8; 1024];
-    file.read_exact_at(&mut raw, 1024).unwrap();
-    let mut sb = Superblock::decode(&raw, Location::Superblock { group: 0 }).unwrap();
-    sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
-    file.write_all_at(&sb.encode(), 1024).unwrap();
-    file.sync_all().unwrap();
-}
-
 /// The records Linux wrote, replayed by jext, then replayed again onto that result
 /// through the mount: the same tree, and e2fsck clean both times.
 #[test]
@@ -663,7 +609,7 @@ fn linux_records_replayed_twice_give_the_same_tree() {
     let (code, text) = e2fsck(&crashed);
     assert_eq!(code, 0, "e2fsck -fn after one replay:\n{text}");
 
-    pend_fast_commits_again(&crashed, &records);
+    common::pend_fast_commits(&crashed, &records);
     let (fs, report) = Fs::open_with_report(
         jext_device::open_path(&crashed, false).unwrap(),
         MountOptions::default(),

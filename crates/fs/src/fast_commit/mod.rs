@@ -19,8 +19,12 @@
 //! - what a fast commit cannot say falls back to a full commit, counted by reason: until
 //!   the transaction holding a rename, link or xattr change is durable, no fsync writes a
 //!   fast commit (as Linux's ineligible window); a file whose orphan-list link changed
-//!   commits in full until that is durable; special files, data-journaled files, new
-//!   directories and files in them always commit in full;
+//!   commits in full until that is durable; special files and data-journaled files
+//!   always commit in full, as does a directory's fsync while the directory is new;
+//! - a new file under directories made in the same tid: with `ijournal=percore` its
+//!   i-transaction creates them, top down, each once per tid; an ext4 fast commit cannot
+//!   (Linux's replay leaves the group's directory count wrong: `plan_new_directories`
+//!   says why), so there the fsync commits in full;
 //! - a directory's fsync is a fast commit of its entries: the pending UNLINKs and the
 //!   files created in it that are not durable (see `directory_records`);
 //! - unlinks are said, not avoided: every fast commit starts with an UNLINK record for
@@ -36,6 +40,7 @@ pub(crate) mod replay;
 
 use crate::blockmap;
 use crate::error::FsResult;
+use crate::format::inode::flags;
 use crate::op::{Op, Reach};
 use crate::options::IJournal;
 use crate::state::{FsInner, InodeInfo};
@@ -63,7 +68,9 @@ pub enum Ineligible {
     Xattr,
     /// A new file's directory chain is deeper than a fast commit carries.
     DeepPath,
-    /// The file's directory was created by a transaction that is not durable.
+    /// A new file's directory was made in the fast commit's transaction (an ext4 fast
+    /// commit cannot create it right for Linux; an i-transaction could not, see
+    /// `plan_new_directories`), or a directory not yet durable was fsync'd.
     NewDirectory,
     /// The fast-commit area is full until the running transaction commits.
     AreaFull,
@@ -105,7 +112,7 @@ pub(crate) struct FcInode {
     pub fast_committed: Option<(Tid, u64)>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NewName {
     pub parent: u32,
     pub name: Vec<u8>,
@@ -154,6 +161,11 @@ pub(crate) struct FcState {
     /// The last transaction that put each inode on or off the orphan list or changed its
     /// link there (a removal changes the predecessor's, which nobody here holds).
     pub orphan_changes: HashMap<u32, Tid>,
+    /// Inodes a planned fast commit created (a CREAT), and in which tid: a directory is
+    /// created once per tid (a second CREAT of it would replay as a fresh first block,
+    /// losing the names put in it since; Linux's replay even fails there, `ext4_append`
+    /// finding block 0 mapped).
+    pub carried: HashMap<u32, Tid>,
 }
 
 /// Removed names a fast commit carries at most; more commit in full until durable.
@@ -185,6 +197,22 @@ impl FcState {
     pub fn forget_inode(&mut self, ino: u32) {
         self.new_names.remove(&ino);
         self.orphan_changes.remove(&ino);
+        self.carried.remove(&ino);
+    }
+
+    /// Whether a fast commit planned in `tid` created `ino`.
+    fn carried_in(&self, ino: u32, tid: Tid) -> bool {
+        self.carried.get(&ino) == Some(&tid)
+    }
+
+    /// Notes the inodes `records` create (taken in `tid`), forgetting what is durable.
+    fn note_carried(&mut self, records: &[FcRecord], tid: Tid, durable: Tid) {
+        self.carried.retain(|_, t| tid_gt(*t, durable));
+        for record in records {
+            if let FcRecord::Creat(d) = record {
+                self.carried.insert(d.ino, tid);
+            }
+        }
     }
 
     /// Notes that `ino`'s orphan-list state changed in transaction `tid`.
@@ -270,24 +298,44 @@ pub(crate) fn plan(op: &mut Op, ino: u32, wanted: Tid) -> FsResult<Result<Plan, 
             Ok(records) => records,
             Err(reason) => return Ok(Err(reason)),
         };
-        return Ok(Ok(take_ticket(fs, tid, durable, records, None)));
+        return Ok(take_ticket(fs, tid, durable, records, None, |_| Ok(())));
     }
     let chain = match new_chain(fs, ino, durable) {
         Ok(chain) => chain,
         Err(reason) => return Ok(Err(reason)),
     };
-    // Linux's replay of a new directory leaves its link counts and block count for a
-    // later full commit to put right (e2fsck finds them wrong after a crash), so a file
-    // under a directory that is not durable commits in full.
-    if chain.len() > 1 {
-        return Ok(Err(Ineligible::NewDirectory));
+    // A directory above made in this tid. One made in an earlier tid exists wherever this
+    // fast commit is replayed: a fast commit is replayed only once its tid's predecessors
+    // committed.
+    let dirs = match chain.get(1) {
+        Some((_, name)) if name.tid == tid => match fs.options.ijournal {
+            IJournal::Single => return Ok(Err(Ineligible::NewDirectory)),
+            IJournal::PerCore => new_directories(&fs.fc.lock(), &chain, tid),
+        },
+        _ => Vec::new(),
+    };
+    if !dirs.is_empty() {
+        return plan_new_directories(op, ino, tid, dirs);
     }
+    let records = file_records(op, ino, chain.first().map(|(_, name)| name), durable)?;
+    let file = Some((ino, op.inode(ino).journaled_changes));
+    Ok(take_ticket(fs, tid, durable, records, file, |_| Ok(())))
+}
+
+/// A regular file's records: for a new one, as Linux writes them, the inode, its blocks,
+/// its name (replay links it with one link), and the inode again, which sets the link
+/// and block counts from the blocks now mapped; else its blocks and its inode.
+fn file_records(
+    op: &mut Op,
+    ino: u32,
+    new_name: Option<&NewName>,
+    durable: Tid,
+) -> FsResult<Vec<FcRecord>> {
+    let fs = op.fs;
     let ranges = range_records(op, ino, durable)?;
     let mut records = Vec::new();
-    match chain.first() {
-        // As Linux: the inode, its blocks, its name (replay links it with one link), and
-        // the inode again, which sets the block count from the blocks now mapped.
-        Some((_, name)) => {
+    match new_name {
+        Some(name) => {
             records.push(inode_record(fs, op.inode(ino), ino));
             records.extend(ranges);
             records.push(FcRecord::Creat(dentry(name, ino)));
@@ -298,21 +346,121 @@ pub(crate) fn plan(op: &mut Op, ino: u32, wanted: Tid) -> FsResult<Result<Plan, 
             records.push(inode_record(fs, op.inode(ino), ino));
         }
     }
+    Ok(records)
+}
+
+/// The directories above a file (`chain`, from [`new_chain`]) made in `tid` that no
+/// fast commit created yet, top down: what its fast commit creates before the file.
+fn new_directories(fc: &FcState, chain: &[(u32, NewName)], tid: Tid) -> Vec<(u32, NewName)> {
+    let uncarried = chain[1..]
+        .iter()
+        .take_while(|(dir, name)| name.tid == tid && !fc.carried_in(*dir, tid))
+        .count();
+    chain[1..=uncarried].iter().rev().cloned().collect()
+}
+
+/// An fsync of new file `ino` (held by `op`) under directories made in `tid` that no
+/// fast commit created yet (`dirs`, top down), with `ijournal=percore`: one
+/// i-transaction creates them, each an INODE and a CREAT, then the file. Each directory
+/// is created once per tid: replaying a CREAT of a directory gives it a fresh first
+/// block, which would lose the names an earlier i-transaction put in it. Only jext's
+/// replay applies i-transactions (Linux refuses the journal while one is pending: the
+/// JEXT_PERCORE bit), and it leaves a new directory right: counted in its group, its
+/// link counts recounted from the entries, sizes and block counts from the blocks
+/// (`replay`).
+///
+/// ext4 fast commits (`ijournal=single`) cannot do this, as Linux 6.18 replays them
+/// (fs/ext4/fast_commit.c, ialloc.c); e2fsck -fn finds every such image wrong:
+/// - the group's directory count: CREAT and INODE mark the inode used with
+///   `ext4_mark_inode_used`, which takes no mode and never raises `bg_used_dirs_count`,
+///   and no record reaches `__ext4_new_inode`, the one place that does ("Directories
+///   count wrong for group");
+/// - a new directory in the root leaves the root's link count one short: CREAT
+///   (`ext4_fc_replay_create`) sets the new directory's count to 1 and leaves its
+///   parent's, and only an INODE record could set the parent's, but
+///   `ext4_fc_replay_inode` calls `ext4_mark_inode_used`, which refuses an inode below
+///   `s_first_ino` with -EFSCORRUPTED, and the whole recovery fails (the mount with it).
+///
+/// Elsewhere the counts can be put right (the directory's INODE again after every
+/// CREAT, then the parent's INODE), all but the group's directory count: the test
+/// `linux_replays_a_new_directory_with_its_group_count_one_short` (tests/
+/// fast_commit_new_dirs.rs) replays such records with Linux. So those fsyncs commit in
+/// full.
+fn plan_new_directories(
+    op: &mut Op,
+    ino: u32,
+    tid: Tid,
+    dirs: Vec<(u32, NewName)>,
+) -> FsResult<Result<Plan, Ineligible>> {
+    let fs = op.fs;
+    // Locked again top down (directories before the file), as a path walk does; a
+    // directory deleted meanwhile took the file's name with it.
+    op.unlock(ino);
+    let mut above = None;
+    for &(dir, _) in &dirs {
+        let reach = above.map_or(Reach::First, Reach::EntryOf);
+        if op.lock(dir, reach).is_err() {
+            return Ok(Err(Ineligible::NewDirectory));
+        }
+        above = Some(dir);
+    }
+    let reach = above.map_or(Reach::First, Reach::EntryOf);
+    if op.lock(ino, reach).is_err() {
+        return Ok(Err(Ineligible::NewDirectory));
+    }
+    // What changed while the file was not held.
+    if let Err(reason) = eligible(fs, op.inode(ino), ino) {
+        return Ok(Err(reason));
+    }
+    if fs.journal.fast_commit_tid() != tid {
+        return Ok(Err(Ineligible::AlreadyCommitting));
+    }
+    let durable = fs.journal.committed_tid();
+    let chain = match new_chain(fs, ino, durable) {
+        Ok(chain) => chain,
+        Err(reason) => return Ok(Err(reason)),
+    };
+    if chain.len() < 2 || new_directories(&fs.fc.lock(), &chain, tid) != dirs {
+        return Ok(Err(Ineligible::NewDirectory));
+    }
+    let extent_mapped = dirs.iter().all(|&(dir, _)| {
+        let info = op.inode(dir);
+        info.is_dir() && info.raw.flags() & flags::EXTENTS != 0
+    });
+    if !extent_mapped {
+        return Ok(Err(Ineligible::NewDirectory));
+    }
+    let mut records = Vec::new();
+    for (dir, name) in &dirs {
+        records.push(inode_record(fs, op.inode(*dir), *dir));
+        records.push(FcRecord::Creat(dentry(name, *dir)));
+    }
+    records.extend(file_records(op, ino, Some(&chain[0].1), durable)?);
     let file = Some((ino, op.inode(ino).journaled_changes));
-    Ok(Ok(take_ticket(fs, tid, durable, records, file)))
+    // Another fsync below one of them may have created it since the list was taken.
+    let guard = |fc: &FcState| match dirs.iter().any(|&(dir, _)| fc.carried_in(dir, tid)) {
+        true => Err(Ineligible::NewDirectory),
+        false => Ok(()),
+    };
+    Ok(take_ticket(fs, tid, durable, records, file, guard))
 }
 
 /// The plan for `records`, after the UNLINK records of every removal not yet carried,
 /// with the next ticket: one critical section, so that a removal is carried by the
-/// first fast commit (in ticket order) planned after it.
+/// first fast commit (in ticket order) planned after it, and `guard` judges the state
+/// the ticket is taken in (which names fast commits created); if it refuses, no ticket
+/// is taken.
 fn take_ticket(
     fs: &FsInner,
     tid: Tid,
     durable: Tid,
     records: Vec<FcRecord>,
     file: Option<(u32, u64)>,
-) -> Plan {
+    guard: impl FnOnce(&FcState) -> Result<(), Ineligible>,
+) -> Result<Plan, Ineligible> {
     let mut fc = fs.fc.lock();
+    guard(&fc)?;
+    fc.note_carried(&records, tid, durable);
     let mut all = fc.unlink_records(durable);
     all.extend(records);
     let ticket = fc.next_ticket;
@@ -324,13 +472,13 @@ fn take_ticket(
             ticket
         }
     };
-    Plan {
+    Ok(Plan {
         ticket,
         first_ticket_of_tid,
         tid,
         records: all,
         file,
-    }
+    })
 }
 
 /// Whether an fsync of `ino` (held by `op`) wanting transaction `wanted` has nothing to

@@ -2,6 +2,13 @@
 //! loop mounts (the kernel as an oracle). A missing tool fails the test loudly.
 #![allow(dead_code)]
 
+use jext_fs::format::superblock::{features, Superblock};
+use jext_fs::format::Location;
+use jext_fs::{Fs, MountOptions};
+use jext_journal::format::fast_commit::{FastCommitWriter, FcRecord};
+use jext_journal::format::superblock::JournalSuperblock;
+use jext_journal::{AreaRun, JournalArea};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -217,4 +224,53 @@ impl<H: DeviceHook> jext_device::BlockDevice for HookedDevice<H> {
     fn describe(&self) -> String {
         format!("{} over {}", self.hook.name(), self.sim.describe())
     }
+}
+
+/// Writes `records` into a cleanly unmounted image's fast-commit area as fast commits of
+/// the journal's next tid, and marks the image as needing recovery: the next mount (by
+/// jext or Linux) replays them.
+pub fn pend_fast_commits(image: &Path, records: &[FcRecord]) {
+    let fs = Fs::open_path(image, MountOptions::default()).unwrap();
+    let runs: Vec<AreaRun> = fs
+        .extents(8)
+        .unwrap()
+        .iter()
+        .map(|e| AreaRun {
+            logical: e.logical,
+            physical: e.start,
+            len: e.len,
+        })
+        .collect();
+    let block_size = fs.block_size();
+    fs.unmount().unwrap();
+    drop(fs);
+    let area = JournalArea::new(block_size, runs).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)
+        .unwrap();
+    let mut bytes = vec![0u8; block_size as usize];
+    file.read_exact_at(&mut bytes, area.byte_offset(0)).unwrap();
+    let mut jsb = JournalSuperblock::decode(&bytes, area.len_blocks()).unwrap();
+    assert!(jsb.is_clean(), "the unmount left the journal empty");
+    jsb.enable_fast_commit();
+    let mut writer = FastCommitWriter::new(block_size as usize, jsb.sequence(), true);
+    for record in records {
+        writer.push(record);
+    }
+    let first = jsb.fast_commit_first().unwrap();
+    for (i, block) in writer.finish().iter().enumerate() {
+        file.write_all_at(block, area.byte_offset(first + i as u32))
+            .unwrap();
+    }
+    jsb.set_start(jsb.first());
+    file.write_all_at(&jsb.encode(), area.byte_offset(0))
+        .unwrap();
+    let mut raw = vec![0u8; 1024];
+    file.read_exact_at(&mut raw, 1024).unwrap();
+    let mut sb = Superblock::decode(&raw, Location::Superblock { group: 0 }).unwrap();
+    sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
+    file.write_all_at(&sb.encode(), 1024).unwrap();
+    file.sync_all().unwrap();
 }
