@@ -12,10 +12,11 @@
 //!   interleaved by a seeded scheduler so that every run is the same).
 //! - SQLite's write and sync patterns: `sqlite-rollback` (DELETE journal mode, N
 //!   transactions), `sqlite-truncate` (the same in TRUNCATE journal mode: the journal
-//!   truncated to 0 and synced instead of deleted) and `sqlite-wal` (N commits, a
+//!   truncated to 0 and synced instead of deleted), `sqlite-persist` (PERSIST mode: the
+//!   journal kept and its header zeroed and synced) and `sqlite-wal` (N commits, a
 //!   checkpoint every four). Under `data=adaptive` (mode `adaptive`) the rollback
-//!   journal turns journaled: born so from the second transaction, or switched at the
-//!   first truncate.
+//!   journal turns journaled: born so from the second transaction, switched at the
+//!   first truncate, or switched, data and all, after the first zeroed header.
 //! - BarrierFS's ordering-only syncs: `rename-root-to-sub-barrier` and
 //!   `create-delete-barrier` (the table 2 tests with every fsync an fbarrier), and
 //!   `barrier-chain` (N files, each written then fdatabarrier'd or fbarrier'd in turn, so
@@ -41,6 +42,7 @@ pub const FIXED: &[(&str, usize)] = &[
     ("threads", 1),
     ("sqlite-rollback", 4),
     ("sqlite-truncate", 4),
+    ("sqlite-persist", 4),
     ("sqlite-wal", 8),
     ("rename-root-to-sub-barrier", 1),
     ("create-delete-barrier", 10),
@@ -60,8 +62,9 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "append-extents" => append_extents(size),
         "deep-path" => deep_path(size),
         "threads" => threads(size as u64),
-        "sqlite-rollback" => sqlite_rollback(size, false),
-        "sqlite-truncate" => sqlite_rollback(size, true),
+        "sqlite-rollback" => sqlite_rollback(size, JournalEnd::Delete),
+        "sqlite-truncate" => sqlite_rollback(size, JournalEnd::Truncate),
+        "sqlite-persist" => sqlite_rollback(size, JournalEnd::ZeroHeader),
         "sqlite-wal" => sqlite_wal(size),
         "rename-root-to-sub-barrier" => barriers_for_syncs(rename_root_to_sub()),
         "create-delete-barrier" => barriers_for_syncs(create_delete(size)),
@@ -257,10 +260,19 @@ fn worker_ops(worker: usize, rng: &mut StdRng) -> Vec<Op> {
 
 const PAGE: u32 = 4096;
 
-/// SQLite's DELETE journal mode with synchronous=FULL: original pages to the journal,
+/// How a rollback journal's transaction ends: SQLite's DELETE, TRUNCATE and PERSIST
+/// journal modes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum JournalEnd {
+    Delete,
+    Truncate,
+    ZeroHeader,
+}
+
+/// SQLite's rollback journal with synchronous=FULL: original pages to the journal,
 /// journal synced, header rewritten and synced again, database pages written and
-/// synced, journal deleted.
-fn sqlite_rollback(transactions: usize, truncate: bool) -> Vec<Op> {
+/// synced, then the journal ended as `end` says.
+fn sqlite_rollback(transactions: usize, end: JournalEnd) -> Vec<Op> {
     let mut ops = vec![
         Op::Creat("/db".into()),
         write("/db", 0, 4 * PAGE),
@@ -268,8 +280,8 @@ fn sqlite_rollback(transactions: usize, truncate: bool) -> Vec<Op> {
     ];
     for t in 0..transactions {
         let page = (t % 4) as u64;
-        // TRUNCATE mode keeps the journal file, empty between transactions.
-        if t == 0 || !truncate {
+        // TRUNCATE and PERSIST modes keep the journal file between transactions.
+        if t == 0 || end == JournalEnd::Delete {
             ops.push(Op::Creat("/db-journal".into()));
         }
         ops.extend([
@@ -283,15 +295,23 @@ fn sqlite_rollback(transactions: usize, truncate: bool) -> Vec<Op> {
             write("/db", page * u64::from(PAGE), PAGE),
             Op::Fsync("/db".into()),
         ]);
-        ops.extend(match truncate {
-            true => vec![
+        ops.extend(match end {
+            JournalEnd::Truncate => vec![
                 Op::Truncate {
                     path: "/db-journal".into(),
                     size: 0,
                 },
                 Op::Fsync("/db-journal".into()),
             ],
-            false => vec![Op::Unlink("/db-journal".into())],
+            JournalEnd::ZeroHeader => vec![
+                Op::WriteZeros {
+                    path: "/db-journal".into(),
+                    offset: 0,
+                    len: 28,
+                },
+                Op::Fdatasync("/db-journal".into()),
+            ],
+            JournalEnd::Delete => vec![Op::Unlink("/db-journal".into())],
         });
     }
     ops

@@ -393,6 +393,10 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
             let data = pattern(op_index, *offset, *len as usize);
             fs.write(ino, *offset, &data).map(drop)
         }
+        Op::WriteZeros { path, offset, len } => {
+            let ino = fs.resolve(path)?;
+            fs.write(ino, *offset, &vec![0; *len as usize]).map(drop)
+        }
         Op::Append { path, len } => {
             let ino = fs.resolve(path)?;
             let offset = fs.stat(ino)?.size;

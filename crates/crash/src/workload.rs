@@ -31,6 +31,13 @@ pub enum Op {
         offset: u64,
         len: u32,
     },
+    /// `pwrite` of `len` zero bytes at `offset` (SQLite's PERSIST journal mode ends a
+    /// transaction by zeroing the journal's header).
+    WriteZeros {
+        path: String,
+        offset: u64,
+        len: u32,
+    },
     /// `write` at the end of the file.
     Append {
         path: String,
@@ -114,6 +121,7 @@ impl Op {
             | Op::Fbarrier(p)
             | Op::Fdatabarrier(p)
             | Op::Write { path: p, .. }
+            | Op::WriteZeros { path: p, .. }
             | Op::Append { path: p, .. }
             | Op::Truncate { path: p, .. }
             | Op::Fallocate { path: p, .. }
@@ -134,6 +142,9 @@ impl fmt::Display for Op {
             Op::Creat(p) => write!(f, "creat {p}"),
             Op::Mkdir(p) => write!(f, "mkdir {p}"),
             Op::Write { path, offset, len } => write!(f, "pwrite {path} {len}@{offset}"),
+            Op::WriteZeros { path, offset, len } => {
+                write!(f, "pwrite {path} {len} zeros@{offset}")
+            }
             Op::Append { path, len } => write!(f, "append {path} {len}"),
             Op::Truncate { path, size } => write!(f, "truncate {path} {size}"),
             Op::Fallocate {
