@@ -25,6 +25,9 @@
 //!   i-transaction creates them, top down, each once per tid; an ext4 fast commit cannot
 //!   (Linux's replay leaves the group's directory count wrong: `plan_new_directories`
 //!   says why), so there the fsync commits in full;
+//! - a new file whose name went in a directory that grew by a block in a tid not durable
+//!   commits in full with ext4 fast commits: Linux's replay of its CREAT would grow the
+//!   directory without counting the block in `i_blocks` (`grew_parent` says why);
 //! - a directory's fsync is a fast commit of its entries: the pending UNLINKs and the
 //!   files created in it that are not durable (see `directory_records`);
 //! - unlinks are said, not avoided: every fast commit starts with an UNLINK record for
