@@ -6,7 +6,8 @@
 //! - iJournaling's recovery scenarios (section 6.5): `odd-fsync` (N files created, only
 //!   the odd-numbered ones fsync'd), `append-extents` (a file grown by 4 KiB appends,
 //!   each fsync'd, interleaved with a second file so that its extents do not merge and
-//!   it needs external extent blocks), `deep-path` (an fsync of a file N directories
+//!   it needs external extent blocks), `dir-grow` (files created in a durable directory,
+//!   each written and fsync'd, one of them growing it by a block), `deep-path` (an fsync of a file N directories
 //!   down, then of a file in the same directory and of one under two new directories
 //!   below the top one), and `threads` (four workers' random mkdir/create/write/truncate/unlink/fsync,
 //!   interleaved by a seeded scheduler so that every run is the same).
@@ -39,6 +40,7 @@ pub const FIXED: &[(&str, usize)] = &[
     ("odd-fsync", 100),
     ("append-extents", 24),
     ("deep-path", 5),
+    ("dir-grow", 8),
     ("threads", 1),
     ("sqlite-rollback", 4),
     ("sqlite-truncate", 4),
@@ -61,6 +63,7 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "odd-fsync" => odd_fsync(size),
         "append-extents" => append_extents(size),
         "deep-path" => deep_path(size),
+        "dir-grow" => dir_grow(size),
         "threads" => threads(size as u64),
         "sqlite-rollback" => sqlite_rollback(size, JournalEnd::Delete),
         "sqlite-truncate" => sqlite_rollback(size, JournalEnd::Truncate),
@@ -189,6 +192,29 @@ fn append_extents(appends: usize) -> Vec<Op> {
                 Op::Fsync(path.into()),
             ]);
         }
+    }
+    ops
+}
+
+/// A durable directory whose only 4 KiB block holds 16 of its 19 long names, then
+/// `files` more created, written and fsync'd one by one: the 20th name makes it indexed
+/// (a root and two leaves). With ext4 fast commits the fsyncs before are fast commits,
+/// that one commits in full (`directory_grew`: Linux's replay of its CREAT would leave
+/// the directory's `i_blocks` short), and those after go in the grown directory as fast
+/// commits again.
+fn dir_grow(files: usize) -> Vec<Op> {
+    // 200-byte names take 208 bytes of a block: 19 fit beside "." and "..".
+    const PREFILLED: usize = 16;
+    let name = |i: usize| format!("/grow/{i:03}{}", "n".repeat(197));
+    let mut ops = vec![Op::Mkdir("/grow".into())];
+    ops.extend((0..PREFILLED).map(|i| Op::Creat(name(i))));
+    ops.push(Op::Sync);
+    for i in PREFILLED..PREFILLED + files {
+        ops.extend([
+            Op::Creat(name(i)),
+            write(&name(i), 0, 1500),
+            Op::Fsync(name(i)),
+        ]);
     }
     ops
 }

@@ -248,6 +248,7 @@ fn create_in(
         name: name.to_vec(),
         tid: tx.tid(),
         regular: kind == FileKind::Regular,
+        parent_grown: tx.inode(parent)?.fc.changed.map(|(_, _, t)| t),
     };
     let durable = tx.fs.journal.committed_tid();
     tx.fs.fc.lock().note_created(new_name, ino, durable);

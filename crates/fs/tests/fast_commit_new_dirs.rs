@@ -9,12 +9,10 @@
 
 mod common;
 
-use common::{assert_e2fsck_clean, e2fsck, pend_fast_commits, run, Scratch};
+use common::{assert_e2fsck_clean, dentry, e2fsck, logged_inode, pend_fast_commits, run, Scratch};
 use jext_device::{FileDevice, SimDevice};
 use jext_fs::{mkfs, CommitMode, Fs, IJournal, MkfsOptions, MountOptions, ROOT_INO};
-use jext_journal::format::fast_commit::Dentry;
 use jext_journal::format::fast_commit::FcRecord;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -163,38 +161,6 @@ fn with_ext4_fast_commits_an_fsync_under_new_directories_commits_in_full() {
     let after = scratch.path("after.img");
     crashed.write_durable_image(&after).unwrap();
     assert_e2fsck_clean(&after);
-}
-
-/// Inode `ino` of an unmounted image as an INODE record logs it: its first 128 bytes and
-/// `i_extra_isize` more (where it lies, from debugfs).
-fn logged_inode(image: &Path, ino: u32) -> FcRecord {
-    let imap = run(
-        "debugfs",
-        &["-R", &format!("imap <{ino}>"), image.to_str().unwrap()],
-    );
-    let field = |after: &str| {
-        let rest = &imap[imap.find(after).unwrap_or_else(|| panic!("{imap}")) + after.len()..];
-        rest.split(|c: char| c == ',' || c.is_whitespace())
-            .find(|w| !w.is_empty())
-            .unwrap()
-            .to_string()
-    };
-    let block: u64 = field("located at block ").parse().unwrap();
-    let offset = u64::from_str_radix(field("offset 0x").as_str(), 16).unwrap();
-    let file = std::fs::File::open(image).unwrap();
-    let mut raw = vec![0u8; 256];
-    file.read_exact_at(&mut raw, block * 4096 + offset).unwrap();
-    let extra = usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
-    raw.truncate(128 + extra);
-    FcRecord::Inode { ino, raw }
-}
-
-fn dentry(parent: u32, ino: u32, name: &str) -> Dentry {
-    Dentry {
-        parent,
-        ino,
-        name: name.as_bytes().to_vec(),
-    }
 }
 
 /// Why an ext4 fast commit still commits in full under a new directory: Linux replays

@@ -25,6 +25,9 @@
 //!   i-transaction creates them, top down, each once per tid; an ext4 fast commit cannot
 //!   (Linux's replay leaves the group's directory count wrong: `plan_new_directories`
 //!   says why), so there the fsync commits in full;
+//! - a new file whose name went in a directory that grew by a block in a tid not durable
+//!   commits in full with ext4 fast commits: Linux's replay of its CREAT would grow the
+//!   directory without counting the block in `i_blocks` (`grew_parent` says why);
 //! - a directory's fsync is a fast commit of its entries: the pending UNLINKs and the
 //!   files created in it that are not durable (see `directory_records`);
 //! - unlinks are said, not avoided: every fast commit starts with an UNLINK record for
@@ -72,6 +75,10 @@ pub enum Ineligible {
     /// commit cannot create it right for Linux; an i-transaction could not, see
     /// `plan_new_directories`), or a directory not yet durable was fsync'd.
     NewDirectory,
+    /// A new file's name went in a directory that gained a block in a transaction not
+    /// yet durable (ext4 fast commits only: Linux's replay of the CREAT would add the
+    /// block without counting it in the directory's `i_blocks`, see [`grew_parent`]).
+    DirectoryGrew,
     /// The fast-commit area is full until the running transaction commits.
     AreaFull,
     /// The file's changes are all in a transaction already committing: the fsync waits
@@ -92,6 +99,7 @@ impl Ineligible {
             Ineligible::Xattr => "xattr",
             Ineligible::DeepPath => "deep_new_path",
             Ineligible::NewDirectory => "new_directory",
+            Ineligible::DirectoryGrew => "directory_grew",
             Ineligible::AreaFull => "area_full",
             Ineligible::AlreadyCommitting => "already_committing",
         }
@@ -119,6 +127,17 @@ pub(crate) struct NewName {
     pub tid: Tid,
     /// A regular file (what fast commits can create).
     pub regular: bool,
+    /// The newest transaction that changed the parent's block mapping (it grew), as of
+    /// the creation: its `FcInode::changed`.
+    pub parent_grown: Option<Tid>,
+}
+
+impl NewName {
+    /// Whether a CREAT of this name, replayed by Linux, may add a block to its parent that
+    /// Linux's replay would not count (see [`grew_parent`]).
+    fn grew_parent(&self, durable: Tid) -> bool {
+        self.parent_grown.is_some_and(|t| tid_gt(t, durable))
+    }
 }
 
 impl FcInode {
@@ -317,6 +336,9 @@ pub(crate) fn plan(op: &mut Op, ino: u32, wanted: Tid) -> FsResult<Result<Plan, 
     if !dirs.is_empty() {
         return plan_new_directories(op, ino, tid, dirs);
     }
+    if let Err(reason) = grew_parent(fs, chain.first().map(|(_, name)| name), durable) {
+        return Ok(Err(reason));
+    }
     let records = file_records(op, ino, chain.first().map(|(_, name)| name), durable)?;
     let file = Some((ino, op.inode(ino).journaled_changes));
     Ok(take_ticket(fs, tid, durable, records, file, |_| Ok(())))
@@ -347,6 +369,34 @@ fn file_records(
         }
     }
     Ok(records)
+}
+
+/// Whether a CREAT of `name` may be replayed by Linux (`ijournal=single`) into a parent
+/// that must grow by a block for it: the parent gained one in a transaction not durable
+/// when the name went in, by this create or an earlier one (later growth is beside the
+/// point: the name found room without it, and finds the same room on replay). Linux 6.18
+/// replays a CREAT by adding the name itself (`ext4_fc_replay_create` → `__ext4_link`
+/// → `ext4_add_entry` → `ext4_append`); the block comes from
+/// `ext4_mb_new_blocks_simple`, which returns before the quota charge that counts it in
+/// `i_blocks`, and nothing after counts it: `e2fsck -fn` finds the parent's `i_blocks`
+/// one block short (tests/fast_commit_dir_growth.rs, for a linear block, the block that
+/// makes a directory indexed, and a leaf split). Linux's own fast commits carry no INODE
+/// of a directory (`ext4_fc_track_inode` ignores directories) and so leave the same
+/// count. An INODE record of the parent after the CREAT would set the count (its replay
+/// recounts `i_blocks` from the extent tree), but it would also set the parent's size
+/// and link count as jext holds them, with every change of the transaction that no fast
+/// commit carries (another new file's growth, a new subdirectory), and an INODE of the
+/// root fails Linux's recovery: so such an fsync commits in full. It is rare (one create
+/// in a block's worth of names), and the full commit makes the block durable for the
+/// creates after it. jext's replay of an i-transaction (`ijournal=percore`) adds the name
+/// through jext's own directory code, which counts the block.
+fn grew_parent(fs: &FsInner, name: Option<&NewName>, durable: Tid) -> Result<(), Ineligible> {
+    match (fs.options.ijournal, name) {
+        (IJournal::Single, Some(name)) if name.grew_parent(durable) => {
+            Err(Ineligible::DirectoryGrew)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The directories above a file (`chain`, from [`new_chain`]) made in `tid` that no
@@ -534,6 +584,9 @@ fn directory_records(
             continue;
         }
         if let Err(reason) = eligible(op.fs, info, *child) {
+            return Ok(Err(reason));
+        }
+        if let Err(reason) = grew_parent(op.fs, Some(name), durable) {
             return Ok(Err(reason));
         }
         let ranges = range_records(op, *child, durable)?;

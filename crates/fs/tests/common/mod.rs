@@ -5,7 +5,7 @@
 use jext_fs::format::superblock::{features, Superblock};
 use jext_fs::format::Location;
 use jext_fs::{Fs, MountOptions};
-use jext_journal::format::fast_commit::{FastCommitWriter, FcRecord};
+use jext_journal::format::fast_commit::{Dentry, FastCommitWriter, FcRecord};
 use jext_journal::format::superblock::JournalSuperblock;
 use jext_journal::{AreaRun, JournalArea};
 use std::os::unix::fs::FileExt;
@@ -273,4 +273,36 @@ pub fn pend_fast_commits(image: &Path, records: &[FcRecord]) {
     sb.set_feature_incompat(sb.feature_incompat() | features::INCOMPAT_RECOVER);
     file.write_all_at(&sb.encode(), 1024).unwrap();
     file.sync_all().unwrap();
+}
+
+/// Inode `ino` of an unmounted image as an INODE record logs it: its first 128 bytes and
+/// `i_extra_isize` more (where it lies, from debugfs).
+pub fn logged_inode(image: &Path, ino: u32) -> FcRecord {
+    let imap = run(
+        "debugfs",
+        &["-R", &format!("imap <{ino}>"), image.to_str().unwrap()],
+    );
+    let field = |after: &str| {
+        let rest = &imap[imap.find(after).unwrap_or_else(|| panic!("{imap}")) + after.len()..];
+        rest.split(|c: char| c == ',' || c.is_whitespace())
+            .find(|w| !w.is_empty())
+            .unwrap()
+            .to_string()
+    };
+    let block: u64 = field("located at block ").parse().unwrap();
+    let offset = u64::from_str_radix(field("offset 0x").as_str(), 16).unwrap();
+    let file = std::fs::File::open(image).unwrap();
+    let mut raw = vec![0u8; 256];
+    file.read_exact_at(&mut raw, block * 4096 + offset).unwrap();
+    let extra = usize::from(u16::from_le_bytes([raw[0x80], raw[0x81]]));
+    raw.truncate(128 + extra);
+    FcRecord::Inode { ino, raw }
+}
+
+pub fn dentry(parent: u32, ino: u32, name: &str) -> Dentry {
+    Dentry {
+        parent,
+        ino,
+        name: name.as_bytes().to_vec(),
+    }
 }
