@@ -20,7 +20,7 @@ use jext_fs::{fsck, DataMode, Fs, IJournal};
 use jext_journal::CommitMode;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -473,20 +473,25 @@ impl E2fsck {
                 self.image.display()
             )];
         }
-        let out = Command::new("e2fsck").arg("-fn").arg(&self.image).output();
+        let problems = e2fsck_image(&self.image);
         let _ = std::fs::remove_file(&self.image);
-        match out {
-            Err(e) => vec![format!("cannot run e2fsck (install e2fsprogs): {e}")],
-            Ok(out) if out.status.success() => Vec::new(),
-            Ok(out) => {
-                let text = String::from_utf8_lossy(&out.stdout);
-                let lines: Vec<&str> = text.lines().skip(1).take(12).collect();
-                vec![format!(
-                    "e2fsck -fn exit {}: {}",
-                    out.status.code().unwrap_or(-1),
-                    lines.join(" | ")
-                )]
-            }
+        problems
+    }
+}
+
+/// Problems `e2fsck -fn` reports on the image file `image`.
+pub(crate) fn e2fsck_image(image: &Path) -> Vec<String> {
+    match Command::new("e2fsck").arg("-fn").arg(image).output() {
+        Err(e) => vec![format!("cannot run e2fsck (install e2fsprogs): {e}")],
+        Ok(out) if out.status.success() => Vec::new(),
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let lines: Vec<&str> = text.lines().skip(1).take(12).collect();
+            vec![format!(
+                "e2fsck -fn exit {}: {}",
+                out.status.code().unwrap_or(-1),
+                lines.join(" | ")
+            )]
         }
     }
 }

@@ -1,7 +1,8 @@
 //! `--kernel-check`: Linux as a second opinion. A sample of crash images is loop-mounted
 //! by the kernel (whose ext4 replays the journal itself), and every path of the workload
 //! must read the same through Linux as through jext's recovery: kind, inode, bytes,
-//! attributes, xattrs, symlink target. Needs root and loop devices.
+//! attributes, xattrs, symlink target; and `e2fsck -fn` must find the image Linux
+//! replayed clean. Needs root and loop devices.
 
 use crate::record::Recording;
 use crate::snapshot::{Meta, Node};
@@ -85,7 +86,17 @@ impl KernelCheck {
             )],
             (false, Ok(Ok(()))) => {
                 let mut problems = self.differences(rec, jext_view);
-                problems.extend(self.unmount());
+                match self.unmount() {
+                    Some(busy) => problems.push(busy),
+                    // What Linux's replay left must be consistent too: a replay can put
+                    // every name and byte right and still miscount (a directory's blocks
+                    // after a fast commit grew it, for one).
+                    None => problems.extend(
+                        crate::explore::e2fsck_image(&self.image)
+                            .into_iter()
+                            .map(|p| format!("kernel check: after Linux's replay, {p}")),
+                    ),
+                }
                 problems
             }
         };
