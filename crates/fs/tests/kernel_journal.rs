@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{mkfs_ext4, run, LoopMount, Scratch};
+use common::{area_runs, mkfs_ext4, run, LoopMount, Scratch};
 use jext_device::{BlockDevice, FileDevice};
 use jext_fs::format::extent::{Entries, Node};
 use jext_fs::format::group_desc::{GroupCsum, GroupDesc};
@@ -13,7 +13,7 @@ use jext_fs::format::inode::Inode;
 use jext_fs::format::superblock::Superblock;
 use jext_fs::format::Location;
 use jext_io::IoQueue;
-use jext_journal::{recover, scan, AreaRun, JournalArea};
+use jext_journal::{recover, scan, JournalArea};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -44,15 +44,10 @@ fn journal_area(image: &Path) -> (JournalArea, Superblock) {
     let Entries::Leaf(extents) = root.entries else {
         panic!("mkfs journals fit the inode")
     };
-    let runs = extents
-        .iter()
-        .map(|e| AreaRun {
-            logical: e.logical,
-            physical: e.start,
-            len: e.len,
-        })
-        .collect();
-    (JournalArea::new(bs as u32, runs).unwrap(), sb)
+    (
+        JournalArea::new(bs as u32, area_runs(&extents)).unwrap(),
+        sb,
+    )
 }
 
 fn write_tree(mount: &LoopMount, round: usize) {

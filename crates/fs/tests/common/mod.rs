@@ -2,6 +2,7 @@
 //! loop mounts (the kernel as an oracle). A missing tool fails the test loudly.
 #![allow(dead_code)]
 
+use jext_fs::format::extent::Extent;
 use jext_fs::format::superblock::{features, Superblock};
 use jext_fs::format::Location;
 use jext_fs::{Fs, MountOptions};
@@ -226,21 +227,24 @@ impl<H: DeviceHook> jext_device::BlockDevice for HookedDevice<H> {
     }
 }
 
-/// Writes `records` into a cleanly unmounted image's fast-commit area as fast commits of
-/// the journal's next tid, and marks the image as needing recovery: the next mount (by
-/// jext or Linux) replays them.
-pub fn pend_fast_commits(image: &Path, records: &[FcRecord]) {
-    let fs = Fs::open_path(image, MountOptions::default()).unwrap();
-    let runs: Vec<AreaRun> = fs
-        .extents(8)
-        .unwrap()
+/// The journal inode's extents as the journal's area runs.
+pub fn area_runs(extents: &[Extent]) -> Vec<AreaRun> {
+    extents
         .iter()
         .map(|e| AreaRun {
             logical: e.logical,
             physical: e.start,
             len: e.len,
         })
-        .collect();
+        .collect()
+}
+
+/// Writes `records` into a cleanly unmounted image's fast-commit area as fast commits of
+/// the journal's next tid, and marks the image as needing recovery: the next mount (by
+/// jext or Linux) replays them.
+pub fn pend_fast_commits(image: &Path, records: &[FcRecord]) {
+    let fs = Fs::open_path(image, MountOptions::default()).unwrap();
+    let runs = area_runs(&fs.extents(8).unwrap());
     let block_size = fs.block_size();
     fs.unmount().unwrap();
     drop(fs);
