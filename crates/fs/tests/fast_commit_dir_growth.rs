@@ -12,14 +12,13 @@
 
 mod common;
 
-use common::{dentry, e2fsck, logged_inode, mkfs_ext4, pend_fast_commits, Scratch};
+use common::{dentry, e2fsck, logged_inode, mkfs_ext4, pend_fast_commits, LoopMount, Scratch};
 use jext_device::{FileDevice, SimDevice};
 use jext_fs::{fsck, mkfs, CommitMode, Fs, IJournal, MkfsOptions, MountOptions};
 use jext_journal::format::fast_commit::FcRecord;
 use jext_journal::RecordMode;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 /// How the directory grows when the fsync'd file's name goes in.
@@ -238,21 +237,10 @@ fn linux_can_replay() -> bool {
 /// returns `DIR`'s size and `st_blocks` as Linux left them and `e2fsck -fn`'s verdict
 /// after the unmount.
 fn linux_replays(image: &Path, mnt: &Path, before: &Before) -> (u64, u64, i32, Vec<String>) {
-    std::fs::create_dir_all(mnt).unwrap();
-    let mount = Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .args([image, mnt])
-        .output()
-        .unwrap();
-    assert!(
-        mount.status.success(),
-        "Linux refused the crash image: {mount:?}"
-    );
-    let rel = before.path.trim_start_matches('/');
-    let read = std::fs::read(mnt.join(rel));
-    let meta = std::fs::metadata(mnt.join(DIR.trim_start_matches('/')));
-    let umount = Command::new("umount").arg(mnt).output().unwrap();
-    assert!(umount.status.success(), "{umount:?}");
+    let mount = LoopMount::new(image, mnt, "");
+    let read = std::fs::read(mount.path(before.path.trim_start_matches('/')));
+    let meta = std::fs::metadata(mount.path(DIR.trim_start_matches('/')));
+    mount.unmount();
     assert_eq!(read.unwrap(), before.data, "the file after Linux's replay");
     let meta = meta.unwrap();
     let (code, problems) = e2fsck_problems(image);
@@ -346,17 +334,9 @@ fn linux_replays_the_create_one_block_short(scratch: &Scratch, base: &Path, k: u
         logged_inode(&done, file),
     ];
     pend_fast_commits(&filled, &records);
-    let mnt = scratch.path("mnt-pin");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mount = Command::new("mount")
-        .args(["-t", "ext4", "-o", "loop"])
-        .args([&filled, &mnt])
-        .output()
-        .unwrap();
-    assert!(mount.status.success(), "{mount:?}");
-    let replayed = std::fs::metadata(mnt.join(path.trim_start_matches('/')));
-    let umount = Command::new("umount").arg(&mnt).output().unwrap();
-    assert!(umount.status.success(), "{umount:?}");
+    let mount = LoopMount::new(&filled, &scratch.path("mnt-pin"), "");
+    let replayed = std::fs::metadata(mount.path(path.trim_start_matches('/')));
+    mount.unmount();
     assert!(replayed.unwrap().is_file(), "Linux replayed the CREAT");
     let (code, problems) = e2fsck_problems(&filled);
     assert_eq!(code, 4, "{problems:?}");
