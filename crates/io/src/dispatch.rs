@@ -111,8 +111,16 @@ impl Dispatcher {
 
     /// The engine's report that command `tag` completed.
     pub(crate) fn complete(&self, tag: u64, result: Result<(), DeviceError>) {
-        self.core.lock().scheduler.complete(tag, result);
-        self.changed.notify_all();
+        let wake = {
+            let mut core = self.core.lock();
+            let was_flush = core.scheduler.complete(tag, result);
+            // What the waiters here wait for (a flush's outcome, an idle queue) changes
+            // only then; writes tell their own tickets' waiters.
+            was_flush || core.scheduler.is_idle()
+        };
+        if wake {
+            self.changed.notify_all();
+        }
         self.pump();
     }
 

@@ -596,14 +596,18 @@ impl Scheduler {
     }
 
     /// A command completed.
-    pub(crate) fn complete(&mut self, tag: u64, result: Result<(), DeviceError>) {
+    /// Returns whether the command was a flush.
+    pub(crate) fn complete(&mut self, tag: u64, result: Result<(), DeviceError>) -> bool {
         self.stats.depth_changes(self.in_flight.len());
         match self
             .in_flight
             .remove(&tag)
             .expect("a completion of a command in flight")
         {
-            InFlight::Flush { number } => self.flush_completed(number, result),
+            InFlight::Flush { number } => {
+                self.flush_completed(number, result);
+                true
+            }
             InFlight::Write {
                 requests,
                 background,
@@ -613,6 +617,7 @@ impl Scheduler {
                 for r in requests {
                     self.write_completed(r, result.clone());
                 }
+                false
             }
         }
     }
