@@ -16,7 +16,9 @@
 //! Fast commits are written in ticket order (the order the file system planned them in,
 //! under its lock): replay applies records in log order, so a newer inode image must
 //! never land before an older one. Fsyncs that arrive while one is being written go out
-//! together next, as one fast commit with one flush (group commit, see [`write`]). An area without room refuses, and the caller commits
+//! together next, as one fast commit with one flush (group commit, see [`write`]); when
+//! several threads sync, one that would go alone waits a moment for the next
+//! (`AreaState::batch_wait`). An area without room refuses, and the caller commits
 //! in full instead; so does every later fast commit of the same tid, which may rely on
 //! records the refused one carried. Must never: write a fast commit of a tid whose predecessor is not
 //! durable, or overwrite the area while a tid it holds is not durable.
@@ -29,6 +31,8 @@ use jext_io::{IoFlags, WriteRequest};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 /// What became of one fast commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +70,10 @@ struct AreaState {
     done: HashMap<u64, Result<FastCommitOutcome, JournalError>>,
     /// A writer is writing a group now (with the lock released).
     writing: bool,
+    /// The thread that wrote the last group, and how long writing a group takes (a
+    /// moving average): what [`AreaState::batch_wait`] decides from.
+    last_writer: Option<ThreadId>,
+    average_write: Duration,
 }
 
 /// The fast commits one writer takes: consecutive tickets of one tid.
@@ -88,6 +96,8 @@ impl FastCommitArea {
                 waiting: BTreeMap::new(),
                 done: HashMap::new(),
                 writing: false,
+                last_writer: None,
+                average_write: Duration::ZERO,
             }),
             turn: Condvar::new(),
         }
@@ -114,7 +124,38 @@ impl AreaState {
             records,
         })
     }
+
+    /// How long the fsync of `ticket` should wait for company before writing a group of
+    /// its ticket alone (JBD2's batching of synchronous handles, `j_last_sync_writer`):
+    /// only when another thread wrote the last group, so several threads are syncing and
+    /// the next may hand its ticket in any moment. Two threads that each append and
+    /// fsync otherwise alternate, every fast commit alone, one flush and one FUA write
+    /// each; a group of both halves that. Half a group's write time at most: a lone fsync
+    /// pays at worst half again its time, a joiner saves a whole write. A single syncing
+    /// thread never waits.
+    fn batch_wait(&self, ticket: u64) -> Option<Duration> {
+        let alone = self.next_ticket == ticket
+            && self.waiting.len() == 1
+            && self.waiting.contains_key(&ticket);
+        let other_wrote_last = self
+            .last_writer
+            .is_some_and(|t| t != std::thread::current().id());
+        (alone && other_wrote_last && !self.average_write.is_zero())
+            .then(|| (self.average_write / 2).min(MAX_BATCH_WAIT))
+    }
+
+    /// Folds one group's write time into the moving average (an eighth of the new one).
+    fn note_write_time(&mut self, took: Duration) {
+        self.average_write = match self.average_write.is_zero() {
+            true => took,
+            false => (self.average_write * 7 + took) / 8,
+        };
+    }
 }
+
+/// The longest an fsync waits for company (JBD2's `max_batch_time` is 15 ms; a fast
+/// commit on a slow disk must not wait that long alone).
+const MAX_BATCH_WAIT: Duration = Duration::from_millis(5);
 
 /// Writes fast commit `ticket` (tickets are handed out 0, 1, 2, ... by the caller, and
 /// every ticket must be passed here exactly once, even when there is nothing to write).
@@ -137,16 +178,30 @@ pub(crate) fn write(
         "fast-commit ticket {ticket} handed in twice"
     );
     st.waiting.insert(ticket, (tid, records));
+    let mut batched = false;
     loop {
         if let Some(outcome) = st.done.remove(&ticket) {
             return outcome;
         }
         if !st.writing {
+            // While this one waits, whoever hands in the next ticket takes this one along
+            // (`take_group` starts at `next_ticket`) and wakes it when the group is done.
+            if let Some(wait) = st.batch_wait(ticket).filter(|_| !batched) {
+                batched = true;
+                area.turn.wait_for(&mut st, wait);
+                continue;
+            }
             if let Some(group) = st.take_group() {
                 st.writing = true;
+                st.last_writer = Some(std::thread::current().id());
                 drop(st);
+                let started = Instant::now();
                 let outcome = write_group(shared, &group);
+                let took = started.elapsed();
                 st = area.state.lock();
+                if matches!(outcome, Ok(Written::At { .. })) {
+                    st.note_write_time(took);
+                }
                 settle(&mut st, &group, outcome);
                 area.turn.notify_all();
                 continue;
@@ -256,4 +311,50 @@ pub(crate) fn write_durably(
         .collect();
     shared.io.submit(requests).wait()?;
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn area_with(tickets: &[u64], last_writer: Option<ThreadId>) -> AreaState {
+        let area = FastCommitArea::new(0, 64);
+        let mut st = area.state.into_inner();
+        for &t in tickets {
+            st.waiting.insert(t, (7, Vec::new()));
+        }
+        st.last_writer = last_writer;
+        st.note_write_time(Duration::from_millis(2));
+        st
+    }
+
+    fn other_thread() -> ThreadId {
+        std::thread::spawn(|| std::thread::current().id())
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_lone_fsync_waits_for_company_only_after_another_thread_wrote() {
+        let st = area_with(&[0], Some(other_thread()));
+        assert_eq!(st.batch_wait(0), Some(Duration::from_millis(1)));
+        // The same thread syncing again: nobody to wait for.
+        let st = area_with(&[0], Some(std::thread::current().id()));
+        assert_eq!(st.batch_wait(0), None);
+        // Company already there: the group goes at once.
+        let st = area_with(&[0, 1], Some(other_thread()));
+        assert_eq!(st.batch_wait(0), None);
+        // Not this ticket's turn yet.
+        let st = area_with(&[1], Some(other_thread()));
+        assert_eq!(st.batch_wait(1), None);
+    }
+
+    #[test]
+    fn the_wait_is_capped_and_follows_the_average_write() {
+        let mut st = area_with(&[0], Some(other_thread()));
+        for _ in 0..64 {
+            st.note_write_time(Duration::from_millis(40));
+        }
+        assert_eq!(st.batch_wait(0), Some(MAX_BATCH_WAIT));
+    }
 }
