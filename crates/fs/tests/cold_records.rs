@@ -8,9 +8,9 @@
 
 mod common;
 
-use common::{assert_e2fsck_clean, Scratch};
+use common::{assert_e2fsck_clean, fresh_sim_fs as fresh, Scratch};
 use jext_device::{BlockDevice, Kept, LoggedOp, Selection, SimDevice};
-use jext_fs::{fsck, mkfs, DataMode, FileJournalMode, Fs, MkfsOptions, MountOptions};
+use jext_fs::{fsck, DataMode, FileJournalMode, Fs, MountOptions};
 use jext_journal::JournalStats;
 use std::sync::Arc;
 
@@ -19,18 +19,6 @@ const BLOCK: usize = 4096;
 const FILE_BLOCKS: usize = 32;
 /// A database's row update.
 const SMALL: usize = 100;
-
-fn fresh() -> Arc<SimDevice> {
-    let dev = Arc::new(SimDevice::new(32 << 20));
-    let opts = MkfsOptions {
-        assume_zeroed: true,
-        uuid: Some([9; 16]),
-        block_size: Some(BLOCK as u32),
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.clone(), &opts).unwrap();
-    dev
-}
 
 /// No timer commits: only the test's syncs commit.
 fn options(data_mode: DataMode) -> MountOptions {
