@@ -6,6 +6,13 @@
 //! that passed once passes again. In debug builds every read is checked anyway, so that
 //! the test suite catches a change that forgot its checksum. Must never trust a block
 //! that re-entered the cache (evicted, forgotten, newly allocated) without a new check.
+//!
+//! A buffer read on a miss holds what recovery would rebuild of its block (the journal's
+//! committed copy, or the home block, which nothing but the checkpoint writes while the
+//! journal may log it), so the journal may log a change to it as the bytes changed on
+//! them ([`JBuf::from_home`]); a newly allocated block's zeroed buffer may not (its home
+//! holds garbage). Whoever writes a cached block in place, outside the journal, must
+//! [`BufferCache::forget`] it.
 
 use jext_device::DeviceError;
 use jext_io::IoQueue;
@@ -99,13 +106,36 @@ impl BufferCache {
         // user shares one buffer per block.
         let clock = inner.clock;
         let entry = inner.map.entry(block).or_insert_with(|| Entry {
-            buf: Arc::new(JBuf::new(block, data)),
+            buf: Arc::new(JBuf::from_home(block, data)),
             last_used: clock,
             checked_as: None,
         });
         let buf = entry.buf.clone();
         self.evict_if_full(&mut inner);
         Ok(buf)
+    }
+
+    /// The cached buffer for `block`, or, on a miss, one holding `home`: bytes the caller
+    /// knows the home block holds durably, with nothing of the block in the journal (a
+    /// clean page of a data-journaled file, read from home or checkpointed). No read.
+    pub fn get_with_home(&self, block: u64, home: Arc<[u8]>) -> Arc<JBuf> {
+        assert_eq!(
+            home.len(),
+            self.block_size,
+            "block {block}: a home copy is one block"
+        );
+        let mut inner = self.inner.lock();
+        inner.clock += 1;
+        let clock = inner.clock;
+        let entry = inner.map.entry(block).or_insert_with(|| Entry {
+            buf: Arc::new(JBuf::from_home(block, home)),
+            last_used: clock,
+            checked_as: None,
+        });
+        entry.last_used = clock;
+        let buf = entry.buf.clone();
+        self.evict_if_full(&mut inner);
+        buf
     }
 
     /// The buffer for `block` (read on a miss), its bytes shown to `check` unless they
@@ -161,7 +191,8 @@ impl BufferCache {
         self.inner.lock().map.get(&block).map(|e| e.buf.clone())
     }
 
-    /// Drops `block` from the cache (it was freed; a later use must not see old bytes).
+    /// Drops `block` from the cache (it was freed, or written in place outside the
+    /// journal: a later use must not see old bytes, nor take them for its home's).
     pub fn forget(&self, block: u64) {
         self.inner.lock().map.remove(&block);
     }
@@ -267,6 +298,21 @@ mod tests {
         drop((held, pinned_snapshot));
         cache.shrink_to(0);
         assert_eq!(cache.stats().cached_blocks, 0);
+    }
+
+    #[test]
+    fn read_buffers_may_rest_records_on_home_and_new_ones_may_not() {
+        let (dev, cache) = cache(64);
+        dev.write_at(4 * 1024, &[3u8; 1024], false).unwrap();
+        assert!(cache.get(4).unwrap().base_known(), "read from home");
+        assert!(!cache.get_new(5).base_known(), "zeroed over garbage");
+        // A home copy the caller knows (a clean page) makes a buffer only on a miss.
+        let page: Arc<[u8]> = Arc::from(vec![8u8; 1024]);
+        let buf = cache.get_with_home(6, page.clone());
+        assert!(buf.base_known() && buf.bytes()[0] == 8);
+        assert_eq!(dev.counters().snapshot().reads, 1, "no read for it");
+        let cached = cache.get_with_home(4, page);
+        assert_eq!(cached.bytes()[0], 3, "the cached buffer wins");
     }
 
     #[test]

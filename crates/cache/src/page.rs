@@ -10,6 +10,14 @@
 //! dirties it again, but it is not evictable: until its write reached the device, the
 //! device still holds older bytes, and a read that missed the cache would see them.
 //!
+//! A dirty page may keep its *base*: the bytes it held while last clean, when the caller
+//! asks for it ([`PageCache::modify_keeping_base`]: a data-journaled file, whose clean
+//! pages hold what its blocks hold at home once the journal's copies are checkpointed).
+//! The journal then logs the page's change as the bytes it changed on the base instead
+//! of a whole block (`jext_journal`'s home bases). A base costs a copy of the page (the
+//! change copies the shared bytes), so at most an eighth of the cache's pages keep one;
+//! it is dropped when the page is cleaned, sent to the device, or dropped.
+//!
 //! The cache knows nothing of blocks, extents or allocation; it must never drop a dirty
 //! page, nor evict one whose write is in flight.
 
@@ -29,6 +37,8 @@ pub struct Page {
     /// Unique among every page this cache ever held: an `end_writeback` meant for a page
     /// that was dropped (truncate) never ends the writeback of its successor.
     id: u64,
+    /// While dirty: the bytes it held while last clean, if kept (module comment).
+    base: Option<Arc<[u8]>>,
 }
 
 impl Page {
@@ -60,6 +70,12 @@ impl Page {
     /// A write of this page is in flight: the device may not have its bytes yet.
     pub fn in_writeback(&self) -> bool {
         self.writebacks > 0
+    }
+
+    /// While dirty: the bytes the page held while last clean, if they were kept
+    /// ([`PageCache::modify_keeping_base`]).
+    pub fn base(&self) -> Option<&Arc<[u8]>> {
+        self.base.as_ref()
     }
 }
 
@@ -94,6 +110,8 @@ pub struct PageCache {
     clock: u64,
     total_pages: usize,
     dirty_pages: usize,
+    /// Pages keeping a base; at most `capacity_pages / 8`.
+    based_pages: usize,
     stats: PageCacheStats,
 }
 
@@ -107,6 +125,7 @@ impl PageCache {
             clock: 0,
             total_pages: 0,
             dirty_pages: 0,
+            based_pages: 0,
             stats: PageCacheStats::default(),
         }
     }
@@ -179,6 +198,7 @@ impl PageCache {
                 lru_tick: tick,
                 writebacks: 0,
                 id: tick,
+                base: None,
             },
         );
         self.clean_lru.insert(tick, (ino, index));
@@ -187,30 +207,60 @@ impl PageCache {
 
     /// Changes a page and marks it dirty; a missing page starts as zeros.
     pub fn modify<R>(&mut self, ino: u32, index: u64, change: impl FnOnce(&mut [u8]) -> R) -> R {
+        self.change(ino, index, false, change)
+    }
+
+    /// [`PageCache::modify`], and a page that was cached clean keeps the bytes it held as
+    /// its base (module comment), unless too many pages keep one already.
+    pub fn modify_keeping_base<R>(
+        &mut self,
+        ino: u32,
+        index: u64,
+        change: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        self.change(ino, index, true, change)
+    }
+
+    fn change<R>(
+        &mut self,
+        ino: u32,
+        index: u64,
+        keep_base: bool,
+        change: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        let room_for_base = self.based_pages < self.capacity_pages / 8;
         self.clock += 1;
         let id = self.clock;
         let file = self.files.entry(ino).or_default();
-        let page = match file.pages.entry(index) {
+        let (page, fresh) = match file.pages.entry(index) {
             Entry::Vacant(slot) => {
                 self.total_pages += 1;
-                slot.insert(Page {
+                let page = slot.insert(Page {
                     data: Arc::from(vec![0u8; self.page_size]),
                     // Counted as dirty just below.
                     dirty: false,
                     lru_tick: 0,
                     writebacks: 0,
                     id,
-                })
+                    base: None,
+                });
+                (page, true)
             }
             Entry::Occupied(slot) => {
                 let page = slot.into_mut();
                 if page.evictable() {
                     self.clean_lru.remove(&page.lru_tick);
                 }
-                page
+                (page, false)
             }
         };
         if !page.dirty {
+            // A page just made is zeros, not what its block holds; one in flight is being
+            // written in place, so its block holds neither version for sure.
+            if keep_base && room_for_base && !fresh && page.writebacks == 0 {
+                page.base = Some(page.data.clone());
+                self.based_pages += 1;
+            }
             page.dirty = true;
             self.dirty_pages += 1;
             file.dirty.insert(index);
@@ -289,6 +339,9 @@ impl PageCache {
         let page = file.pages.get_mut(&index).expect("a cached page");
         debug_assert!(page.dirty);
         page.dirty = false;
+        if page.base.take().is_some() {
+            self.based_pages -= 1;
+        }
         self.dirty_pages -= 1;
         let was_dirty = file.dirty.remove(&index);
         debug_assert!(
@@ -367,6 +420,9 @@ impl PageCache {
         file.pages.append(&mut kept_after);
         for (index, page) in &removed {
             self.total_pages -= 1;
+            if page.base.is_some() {
+                self.based_pages -= 1;
+            }
             if page.dirty {
                 self.dirty_pages -= 1;
                 file.dirty.remove(index);
@@ -481,6 +537,40 @@ mod tests {
     }
 
     #[test]
+    fn a_clean_page_keeps_its_bytes_as_base_until_it_is_clean_again() {
+        let mut pc = PageCache::new(512, 64 * 512);
+        pc.insert_clean(1, 0, Arc::from(vec![4u8; 512]));
+        pc.modify_keeping_base(1, 0, |p| p[0] = 9);
+        pc.modify_keeping_base(1, 0, |p| p[1] = 9);
+        let page = pc.get(1, 0).unwrap();
+        assert_eq!(page.base().map(|b| b[0]), Some(4), "the bytes while clean");
+        assert_eq!((page.data()[0], page.data()[1]), (9, 9));
+        pc.modify_keeping_base(1, 1, |p| p[0] = 9);
+        assert!(
+            pc.get(1, 1).unwrap().base().is_none(),
+            "a page made by the change is zeros, not what its block holds"
+        );
+        pc.modify(1, 2, |_| ());
+        pc.mark_clean(1, 2);
+        pc.modify(1, 2, |p| p[0] = 1);
+        assert!(pc.get(1, 2).unwrap().base().is_none(), "not asked for");
+        pc.mark_clean(1, 0);
+        pc.modify_keeping_base(1, 0, |p| p[0] = 7);
+        assert_eq!(pc.get(1, 0).unwrap().base().map(|b| b[0]), Some(9));
+        assert!(pc.start_writeback(1, 0).is_some());
+        assert!(pc.get(1, 0).unwrap().base().is_none(), "written: no base");
+        assert_eq!(pc.based_pages, 0);
+        // At most an eighth of the cache's pages keep one.
+        for i in 10..30 {
+            pc.insert_clean(2, i, Arc::from(vec![1u8; 512]));
+            pc.modify_keeping_base(2, i, |p| p[0] = 2);
+        }
+        assert_eq!(pc.based_pages, 64 / 8);
+        pc.truncate(2, 0);
+        assert_eq!(pc.based_pages, 0);
+    }
+
+    #[test]
     fn truncate_drops_pages_and_dirty_counts() {
         let mut pc = PageCache::new(512, 1 << 20);
         for i in 0..8 {
@@ -502,7 +592,7 @@ mod tests {
     proptest! {
         /// Counters and the LRU agree with the pages after any sequence of operations.
         #[test]
-        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..9, 0u32..3, 0u64..12), 1..200)) {
+        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..10, 0u32..3, 0u64..12), 1..200)) {
             let mut pc = PageCache::new(64, 10 * 64);
             let mut in_flight: Vec<PageWriteback> = Vec::new();
             for (op, ino, index) in ops {
@@ -515,6 +605,7 @@ mod tests {
                     7 | 8 => {}
                     0 => pc.insert_clean(ino, index, Arc::from(vec![0u8; 64])),
                     1 => pc.modify(ino, index, |p| p[0] ^= 1),
+                    9 => pc.modify_keeping_base(ino, index, |p| p[0] ^= 1),
                     2 => pc.mark_clean(ino, index),
                     3 => pc.truncate(ino, index),
                     5 => pc.discard(ino, index, index + 3),
@@ -525,6 +616,10 @@ mod tests {
                 let dirty: usize = pc.files.values().flat_map(|f| f.pages.values()).filter(|p| p.dirty).count();
                 prop_assert_eq!(pages, pc.total_pages);
                 prop_assert_eq!(dirty, pc.dirty_pages);
+                let based: Vec<&Page> = pc.files.values().flat_map(|f| f.pages.values()).filter(|p| p.base.is_some()).collect();
+                prop_assert_eq!(based.len(), pc.based_pages);
+                prop_assert!(based.len() <= pc.capacity_pages / 8);
+                prop_assert!(based.iter().all(|p| p.dirty && p.writebacks == 0), "only dirty pages not in flight keep a base");
                 let pinned = pc.files.values().flat_map(|f| f.pages.values()).filter(|p| !p.dirty && p.writebacks > 0).count();
                 prop_assert_eq!(pages - dirty - pinned, pc.clean_lru.len());
                 for wb in &in_flight {

@@ -28,6 +28,11 @@
 //!   file taken by an ordered one and back), `joj-switch` (SQLite's rollback pattern
 //!   whose database switches to journaled data and back in the middle) and `joj-inherit`
 //!   (files made in a `chattr +j` directory, written, synced, deleted, renamed out).
+//! - Byte records on home blocks: `joj-cold` (a database file's 100-byte row updates at
+//!   scattered offsets, each round fsync'd, after the file turned `+j` with data written
+//!   in place, and a remount read-only and back half-way that checkpoints everything, so
+//!   the first change of a block since then is logged as its bytes changed on the home
+//!   block; under `--torn` the checkpoint's home writes are torn).
 
 use crate::workload::{Op, Workload, WorkloadId};
 use rand::rngs::StdRng;
@@ -53,6 +58,7 @@ pub const FIXED: &[(&str, usize)] = &[
     ("joj-reuse", 3),
     ("joj-switch", 4),
     ("joj-inherit", 4),
+    ("joj-cold", 6),
 ];
 
 /// Builds fixed workload `name` with size `size`.
@@ -76,6 +82,7 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "joj-reuse" => joj_reuse(size),
         "joj-switch" => joj_switch(size),
         "joj-inherit" => joj_inherit(size),
+        "joj-cold" => joj_cold(size),
         other => {
             let names: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
             return Err(format!(
@@ -488,6 +495,35 @@ fn joj_inherit(files: usize) -> Vec<Op> {
         write("/moved", 0, PAGE),
         Op::Fsync("/moved".into()),
     ]);
+    ops
+}
+
+/// A database file's row updates (100 bytes at scattered offsets, two per transaction,
+/// each fsync'd) on blocks the log holds nothing of: written in place and made durable,
+/// then `chattr +j` (with dirty data the switch writes in place and flushes), and a
+/// remount read-only and back half-way, which checkpoints every logged block home. In
+/// `data=journal` the file is journaled from the start and the switch changes nothing.
+fn joj_cold(rounds: usize) -> Vec<Op> {
+    const PAGES: u64 = 8;
+    let mut ops = vec![
+        Op::Creat("/db".into()),
+        write("/db", 0, PAGES as u32 * PAGE),
+        Op::Fsync("/db".into()),
+        write("/db", 2 * u64::from(PAGE), PAGE),
+        chattr("/db", true),
+    ];
+    let mut rng = StdRng::seed_from_u64(rounds as u64);
+    for r in 0..rounds {
+        if r == rounds / 2 {
+            ops.push(Op::RemountCycle);
+        }
+        for _ in 0..2 {
+            let page = rng.gen_range(0..PAGES);
+            let within = rng.gen_range(0..u64::from(PAGE) - 100);
+            ops.push(write("/db", page * u64::from(PAGE) + within, 100));
+        }
+        ops.push(Op::Fsync("/db".into()));
+    }
     ops
 }
 

@@ -297,7 +297,7 @@ impl Timeline {
     fn promise(&mut self, op: &Op, done_at: usize, state: usize) {
         let mut promised: Vec<(usize, Aspects)> = Vec::new();
         match op {
-            Op::Sync => promised.extend((0..self.paths.len()).map(|i| (i, ALL))),
+            Op::Sync | Op::RemountCycle => promised.extend((0..self.paths.len()).map(|i| (i, ALL))),
             Op::Fsync(p) | Op::Fdatasync(p) | Op::Fbarrier(p) | Op::Fdatabarrier(p) => {
                 let datasync = matches!(op, Op::Fdatasync(_) | Op::Fdatabarrier(_));
                 let Some(i) = self.index_of(p) else { return };
@@ -480,6 +480,7 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
         Op::Fbarrier(p) => fs.fbarrier(fs.resolve(p)?, false),
         Op::Fdatabarrier(p) => fs.fbarrier(fs.resolve(p)?, true),
         Op::Sync => fs.sync(),
+        Op::RemountCycle => fs.remount(true).and_then(|()| fs.remount(false)),
     }
 }
 

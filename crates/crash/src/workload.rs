@@ -96,12 +96,19 @@ pub enum Op {
     Fbarrier(String),
     Fdatabarrier(String),
     Sync,
+    /// `mount -o remount,ro` then `remount,rw`: everything written back, committed and
+    /// checkpointed, the image left clean, then writable again (a checkpoint a workload
+    /// can place: blocks logged before it are at home, and the log holds nothing).
+    RemountCycle,
 }
 
 impl Op {
     /// Whether the call promises durability when it returns.
     pub fn is_sync(&self) -> bool {
-        matches!(self, Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync)
+        matches!(
+            self,
+            Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync | Op::RemountCycle
+        )
     }
 
     /// Whether the call promises order when it returns (a barrier).
@@ -131,7 +138,7 @@ impl Op {
             | Op::SetAcl { path: p, .. }
             | Op::JournalData { path: p, .. } => vec![p],
             Op::Link { from, to } | Op::Rename { from, to } => vec![from, to],
-            Op::Sync => vec![],
+            Op::Sync | Op::RemountCycle => vec![],
         }
     }
 }
@@ -180,6 +187,7 @@ impl fmt::Display for Op {
             Op::Fbarrier(p) => write!(f, "fbarrier {p}"),
             Op::Fdatabarrier(p) => write!(f, "fdatabarrier {p}"),
             Op::Sync => write!(f, "sync"),
+            Op::RemountCycle => write!(f, "remount ro, rw"),
         }
     }
 }

@@ -12,6 +12,11 @@
 //! Switching (`ext4_change_inode_journal_flag`):
 //! - **on**: the file's dirty pages are written back in ordered mode first, so no page
 //!   written before the switch can land in place after a journaled copy of its block;
+//!   then a cache flush (ext4 has none here), so that the file's blocks hold durably
+//!   what its clean pages and a read of them show: the journal may log a later small
+//!   change as the bytes changed on them (`file::writeback::journal_pages`), which a
+//!   crash must not find on older bytes. Its blocks leave the buffer cache, so that
+//!   from then on the only buffers of them are the journal's copies of its data;
 //! - **off**: the same, then the journal is committed and checkpointed (JBD2's
 //!   `jbd2_journal_flush`) with the file system lock held, so no operation runs meanwhile,
 //!   as ext4 locks out every handle: when the flag clears, no journaled copy of any block
@@ -80,6 +85,10 @@ pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsR
     op.note_data_change(ino);
     // Every dirty page goes out in the mode it was written in.
     crate::file::writeback(op, ino, false)?;
+    if after_on {
+        fs.io.flush()?;
+        forget_cached_blocks(fs, ino, &raw)?;
+    }
     if before_on {
         fs.journal.checkpoint()?;
         forget_cached_blocks(fs, ino, &raw)?;
@@ -87,8 +96,11 @@ pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsR
     Ok(())
 }
 
-/// Drops the file's blocks from the buffer cache: once checkpointed, the journaled copies
-/// there are the same bytes as at home, and an ordered file's reads must not find them.
+/// Drops the file's blocks from the buffer cache: switching off, once checkpointed, the
+/// journaled copies there are the same bytes as at home, and an ordered file's reads must
+/// not find them; switching on, a buffer of one of them (there should be none) would hold
+/// bytes from before the data written in place, which the journal must not take for the
+/// home block's.
 fn forget_cached_blocks(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<()> {
     if raw.flags() & flags::EXTENTS == 0 {
         return Ok(());

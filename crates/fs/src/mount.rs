@@ -505,7 +505,7 @@ pub(crate) fn remount(fs: &FsInner, read_only: bool) -> FsResult<()> {
         sb.set_mtime(now_seconds());
         sb.clone()
     };
-    write_superblock(&fs.io, &dirty)?;
+    write_superblock_in_place(fs, &dirty)?;
     fs.read_only.store(false, Ordering::Release);
     Ok(())
 }
@@ -563,5 +563,14 @@ fn mark_clean(fs: &FsInner) -> FsResult<()> {
         sb.set_wtime(now_seconds());
         sb.clone()
     };
-    write_superblock(&fs.io, &clean)
+    write_superblock_in_place(fs, &clean)
+}
+
+/// [`write_superblock`] on a mounted file system: the cached buffer of the block that
+/// holds the superblock no longer matches its home, so it leaves the cache (the journal
+/// must not take its bytes for the home block's, `jext_cache::buffer`).
+fn write_superblock_in_place(fs: &FsInner, sb: &Superblock) -> FsResult<()> {
+    write_superblock(&fs.io, sb)?;
+    fs.cache.forget(fs.geo.superblock_location().0);
+    Ok(())
 }

@@ -5,23 +5,14 @@
 //! freed from a journaled file revoked, so an ordered file reusing them keeps its data
 //! after recovery. Crashes are a simulated device's cache cut at every point.
 
+mod common;
+
+use common::fresh_sim_fs as fresh;
 use jext_device::SimDevice;
-use jext_fs::{fsck, mkfs, FileJournalMode, Fs, MkfsOptions, MountOptions};
+use jext_fs::{fsck, FileJournalMode, Fs, MountOptions};
 use std::sync::Arc;
 
 const BLOCK: usize = 4096;
-
-fn fresh() -> Arc<SimDevice> {
-    let dev = Arc::new(SimDevice::new(32 << 20));
-    let opts = MkfsOptions {
-        assume_zeroed: true,
-        uuid: Some([9; 16]),
-        block_size: Some(BLOCK as u32),
-        ..MkfsOptions::default()
-    };
-    mkfs(dev.clone(), &opts).unwrap();
-    dev
-}
 
 fn mount(dev: Arc<SimDevice>) -> Fs {
     Fs::open(dev, MountOptions::default()).expect("mounts")

@@ -177,13 +177,15 @@ fn a_torn_block_in_a_committed_transaction_refuses_the_mount() {
     drop(f);
     let crashed = Arc::new(dev.crash());
     drop(fs);
-    // The journal's first log block after its descriptor: find it from the superblock.
+    // The transaction's first log block, after the journal superblock: a descriptor or a
+    // records block (its cold blocks go as byte records on their home blocks), either way
+    // a block whose checksum tail a flipped bit breaks. Found from the superblock.
     let sb = read_sb(&crashed);
     let jnl = sb.jnl_blocks();
     // Words 0-2 are the extent header; the first extent is words 3 (logical), 4 (length,
     // then the start's high 16 bits) and 5 (the start's low 32 bits).
     let start = u64::from(jnl[5]) | (u64::from(jnl[4] >> 16) << 32);
-    flip(&crashed, (start + 2) * 1024 + 100);
+    flip(&crashed, (start + 1) * 1024 + 100);
     match mount(&crashed) {
         Err(FsError::Journal(e)) => assert!(e.to_string().contains("checksum mismatch"), "{e}"),
         Err(FsError::Device(e)) => panic!("unexpected device error {e}"),

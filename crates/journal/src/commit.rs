@@ -25,17 +25,35 @@
 //! logged block, whether it goes whole or as a byte record (`crate::format::records`):
 //! a DELTA on the block's *base*, or ZEROED, whichever is smaller, when it takes at most
 //! half a block. The base is what recovery will have rebuilt of the block just before
-//! this transaction: the version the newest transaction still in the log (committing,
-//! or durable and not yet checkpointed) logged of it — in memory, whole, in its frozen
-//! copy. Once that transaction is checkpointed the home block holds that same version,
-//! so the base is right whether recovery replays it or not; a delta applied twice, or to
-//! a home block the checkpoint tore between two versions of the chain, still yields the
-//! new version, since every byte outside its ranges is the same in all of them. A block
-//! the journal holds no version of (never logged since the last checkpoint, newly
-//! allocated: its home holds garbage) or whose version a revoke since cancelled (recovery
-//! then starts from the home block) has no base: it goes ZEROED or whole. Records apply to
-//! every logged block, metadata and journaled data alike: metadata alone (data=ordered)
-//! halves the log bytes of an append + fbarrier (12.0 against 24.0 KiB on the loop device,
+//! this transaction:
+//!
+//! - the version the newest transaction still in the log (committing, or durable and
+//!   not yet checkpointed) logged of it — in memory, whole, in its frozen copy. Once that
+//!   transaction is checkpointed the home block holds that same version, so the base is
+//!   right whether recovery replays it or not;
+//! - for a block the log holds nothing of, its *home contents*: the bytes its buffer
+//!   held when this transaction first changed it, if they are what recovery rebuilds
+//!   (`JBuf::base_known`: read from home after recovery, or the bytes of a transaction
+//!   that logged them, since checkpointed — the checkpoint flushes its home writes
+//!   before it lets go of their versions). Recovery applies such a DELTA on the home
+//!   block as it finds it (`crate::recovery`). Only with flushes (`barrier`): without,
+//!   nothing says the home block holds what the checkpoint wrote.
+//!
+//! Why a DELTA is right on a home block the checkpoint tore, or on one rewritten by a
+//! replay cut short: the home block can only hold, sector by sector, versions of the
+//! chain the log still rebuilds (home contents H, then V1, V2, … each logged by a
+//! transaction still in the log), since nothing else writes a logged block home (data
+//! written in place belongs to files whose blocks the journal does not log: a block goes
+//! from one to the other only through a revoke, after which the log holds no base for
+//! it, or through a journal-mode switch, which flushes). Each record carries every byte
+//! in which its version differs from the one before, so the bytes no record carries are
+//! the same in every version of the chain, and applying the records in tid order sets
+//! every other byte to its newest value: the result is the newest version, whatever mix
+//! of versions the home block held. A delta applied twice gives the same. A block newly
+//! allocated (zeroed in memory, garbage at home) or whose version a revoke since
+//! cancelled has no base: it goes ZEROED or whole. Records apply to every logged block,
+//! metadata and journaled data alike: metadata alone (data=ordered) halves the log bytes
+//! of an append + fbarrier (12.0 against 24.0 KiB on the loop device,
 //! bench/results/2026-11-25-byte-records), so limiting them to journaled data would give
 //! that up.
 //!
@@ -48,7 +66,7 @@
 //! write as them (single I/O, which recovery's every-block check makes atomic). Never
 //! waits for a flush.
 
-use crate::format::records::plan_record;
+use crate::format::records::{plan_record, RecordKind};
 use crate::format::superblock::{INCOMPAT_JEXT_RECORDS, INCOMPAT_JEXT_SINGLE_IO};
 use crate::journal::{CommittingTransaction, InLog, Shared, State};
 use crate::log::LogPlan;
@@ -56,6 +74,7 @@ use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::JournalError;
 use jext_io::{Fence, IoFlags, IoTicket, WriteRequest};
 use parking_lot::MutexGuard;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -127,6 +146,8 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
         .values()
         .map(|buf| {
             buf.set_running_tid(None);
+            // These bytes go to the log: recovery rebuilds them from now on.
+            buf.set_base_known(true);
             (buf.block(), buf.bytes())
         })
         .collect();
@@ -140,7 +161,14 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
         revokes.clone(),
     ));
     let dispatched = match shared.log {
-        Some(_) => reserve_and_dispatch(shared, &mut st, tid, blocks, revokes, t.ordered_data),
+        Some(_) => {
+            let closed = Closed {
+                blocks,
+                revokes,
+                home_bases: t.home_bases,
+            };
+            reserve_and_dispatch(shared, &mut st, tid, closed, t.ordered_data)
+        }
         None => crate::home::dispatch(shared, &mut st, tid, blocks),
     };
     if let Err(err) = dispatched {
@@ -152,54 +180,90 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
     st
 }
 
-/// Recovery's state of `block` just before transaction `tid`, if the journal knows it
-/// (module comment): the version the newest transaction before `tid` still in the log
+/// What a transaction leaving running gives the commit path: its frozen snapshot, its
+/// revokes, and the home bases it took (`RunningTransaction::home_bases`).
+struct Closed {
+    blocks: Vec<(u64, Arc<[u8]>)>,
+    revokes: Vec<u64>,
+    home_bases: HashMap<u64, Arc<[u8]>>,
+}
+
+/// What the log holds of a block, as recovery will have it just before a transaction.
+enum InLogVersion {
+    /// The version the newest transaction still in the log logged.
+    Logged(Arc<[u8]>),
+    /// A revoke since the newest version cancels it: recovery leaves the home block as it
+    /// is then, which nothing here knows.
+    Revoked,
+    /// Nothing: recovery starts from the home block.
+    Nothing,
+}
+
+/// Recovery's state of `block` just before transaction `tid`, as far as the log decides
+/// it (module comment): the version the newest transaction before `tid` still in the log
 /// logged, unless a revoke since then cancels it.
-fn logged_version(st: &State, tid: Tid, block: u64) -> Option<Arc<[u8]>> {
+fn logged_version(st: &State, tid: Tid, block: u64) -> InLogVersion {
     for t in st.committing.iter().rev().filter(|t| tid_gt(tid, t.tid)) {
         if let Some(&i) = t.block_index.get(&block) {
-            return Some(t.blocks[i].1.clone());
+            return InLogVersion::Logged(t.blocks[i].1.clone());
         }
         // Sorted: they come from a BTreeSet.
         if t.revokes.binary_search(&block).is_ok() {
-            return None;
+            return InLogVersion::Revoked;
         }
     }
-    st.checkpoint
-        .blocks
-        .get(&block)
-        .map(|(_, data)| data.clone())
+    match st.checkpoint.blocks.get(&block) {
+        Some((_, data)) => InLogVersion::Logged(data.clone()),
+        None => InLogVersion::Nothing,
+    }
 }
 
 /// Which blocks go whole and which as byte records (module comment) for transaction
 /// `tid`. The bases are taken under the lock; the comparing is done without it, which
-/// no revoke can miss: `tid` is on the committing list already.
+/// no revoke can miss: `tid` is on the committing list already. A block the log holds
+/// nothing of takes its home contents as the base when the transaction kept them
+/// (`home_bases`); the home bases are dropped once planned. Also returns how many
+/// records rest on home contents.
 fn plan_log(
     shared: &Shared,
     st: &mut MutexGuard<'_, State>,
     tid: Tid,
     blocks: &[(u64, Arc<[u8]>)],
-) -> LogPlan {
+    mut home_bases: HashMap<u64, Arc<[u8]>>,
+) -> (LogPlan, u64) {
     let layout = shared.layout();
     let mut plan = LogPlan::default();
     if !layout.records() {
         plan.full = blocks.to_vec();
-        return plan;
+        return (plan, 0);
     }
-    let bases: Vec<Option<Arc<[u8]>>> = blocks
+    let bases: Vec<(Option<Arc<[u8]>>, bool)> = blocks
         .iter()
-        .map(|(block, _)| logged_version(st, tid, *block))
+        .map(|(block, _)| match logged_version(st, tid, *block) {
+            InLogVersion::Logged(data) => (Some(data), false),
+            InLogVersion::Revoked => (None, false),
+            InLogVersion::Nothing => {
+                let home = home_bases.remove(block);
+                let on_home = home.is_some();
+                (home, on_home)
+            }
+        })
         .collect();
+    drop(home_bases);
     let limit = layout.record_limit();
+    let mut on_home_records = 0;
     MutexGuard::unlocked(st, || {
-        for ((block, data), base) in blocks.iter().zip(bases) {
+        for ((block, data), (base, on_home)) in blocks.iter().zip(bases) {
             match plan_record(*block, base.as_deref(), data, limit) {
-                Some(record) => plan.records.push(record),
+                Some(record) => {
+                    on_home_records += u64::from(on_home && record.kind == RecordKind::Delta);
+                    plan.records.push(record);
+                }
                 None => plan.full.push((*block, data.clone())),
             }
         }
     });
-    plan
+    (plan, on_home_records)
 }
 
 /// Before the first transaction since the log was last empty that needs a live-log bit
@@ -232,20 +296,28 @@ fn announce_live_bits(
     })
 }
 
-/// Stages 2 and 3 for transaction `tid`, the newest on the committing list (`blocks` and
-/// `revokes` are its own). Returns with its IO issued; on an error before that, takes it
-/// off the list again (it never reached the log).
+/// Stages 2 and 3 for transaction `tid`, the newest on the committing list (`closed` is
+/// its own). Returns with its IO issued; on an error before that, takes it off the list
+/// again (it never reached the log).
 fn reserve_and_dispatch(
     shared: &Shared,
     st: &mut MutexGuard<'_, State>,
     tid: Tid,
-    blocks: Vec<(u64, Arc<[u8]>)>,
-    revokes: Vec<u64>,
+    closed: Closed,
     ordered_data: bool,
 ) -> Result<(), JournalError> {
     debug_assert_eq!(st.committing.back().map(|t| t.tid), Some(tid));
     let layout = shared.layout();
-    let plan = plan_log(shared, st, tid, &blocks);
+    let Closed {
+        blocks,
+        revokes,
+        home_bases,
+    } = closed;
+    let (plan, records_on_home) = plan_log(shared, st, tid, &blocks, home_bases);
+    st.committing
+        .back_mut()
+        .expect("the transaction being planned is the newest committing")
+        .records_on_home = records_on_home;
     let needed = layout.plan_blocks_needed(&plan, revokes.len());
     // Single I/O: the commit block joins the logged blocks in the same batch, which the
     // IO layer merges into one write per contiguous range (split where the log wraps);
@@ -357,6 +429,7 @@ fn dispatch(
         .expect("the transaction being dispatched is the newest committing");
     let blocks = entry.blocks.iter().map(|(block, _)| *block).collect();
     entry.records = plan.records.len() as u64;
+    entry.record_bytes = plan.records.iter().map(|r| r.encoded_len() as u64).sum();
     entry.log_blocks = needed;
     entry.commit_position = Some(commit_position);
     st.in_log.push_back(InLog { tid, start, blocks });

@@ -282,6 +282,8 @@ fn complete<'a>(
             None => st.stats.blocks_written_home += t.blocks.len() as u64,
         }
         st.stats.blocks_as_records += t.records;
+        st.stats.records_on_home += t.records_on_home;
+        st.stats.record_bytes += t.record_bytes;
         st.stats.log_bytes += u64::from(t.log_blocks) * u64::from(shared.block_size);
         st.stats.revokes_logged += t.revokes.len() as u64;
         if shared.log.is_some() {

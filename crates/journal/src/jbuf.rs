@@ -7,11 +7,19 @@
 //! list holds a snapshot of the same bytes, the next change copies them first
 //! (`Arc::make_mut`): that copy is JBD2's frozen buffer, made only when it is needed.
 //!
+//! A buffer also says whether its bytes may serve as a byte record's base
+//! ([`JBuf::from_home`], `crate::commit`): outside a running transaction they are then
+//! what recovery rebuilds of the block, from its home location (where they are durable)
+//! and the log. That holds for bytes read from home or from the journal's committed copy,
+//! and for the bytes of a committed transaction; never for a buffer made up in memory (a
+//! newly allocated block, zeroed, whose home holds garbage) until a transaction logged it,
+//! nor for one whose change a revoke dropped unlogged.
+//!
 //! A buffer must never be changed outside a handle, and never written to its home block
 //! by anyone but the checkpoint (or recovery).
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Marks "not on any running transaction" in [`JBuf::running_tid`].
@@ -23,16 +31,33 @@ pub struct JBuf {
     /// The tid of the running transaction whose buffer list holds this buffer, so a second
     /// change in the same transaction needs no journal lock.
     running_tid: AtomicU64,
+    /// Outside a running transaction, the bytes are what recovery rebuilds of the block
+    /// (module comment).
+    base_known: AtomicBool,
 }
 
 impl JBuf {
-    /// A buffer for file system block `block` holding `data` (one block of bytes).
+    /// A buffer for file system block `block` holding `data` (one block of bytes) that
+    /// its home location does not hold, or not durably: it gets no byte record on its
+    /// home until a transaction logged it.
     pub fn new(block: u64, data: Arc<[u8]>) -> JBuf {
         JBuf {
             block,
             data: Mutex::new(data),
             running_tid: AtomicU64::new(NO_TID),
+            base_known: AtomicBool::new(false),
         }
+    }
+
+    /// A buffer for block `block` holding `data`, which is what recovery would rebuild
+    /// of it: its home location holds these bytes durably (read from there after
+    /// recovery, nothing written in place since, and no in-place write of it in flight
+    /// or unflushed), or they are the journal's committed copy. A change under a handle
+    /// may then go to the log as the bytes it changed on them.
+    pub fn from_home(block: u64, data: Arc<[u8]>) -> JBuf {
+        let buf = JBuf::new(block, data);
+        buf.base_known.store(true, Ordering::Release);
+        buf
     }
 
     /// A zero-filled buffer, for a block that was just allocated and need not be read.
@@ -89,6 +114,17 @@ impl JBuf {
         let value = tid.map_or(NO_TID, u64::from);
         self.running_tid.store(value, Ordering::Release);
     }
+
+    /// Whether the bytes, outside a running transaction, are what recovery rebuilds.
+    pub fn base_known(&self) -> bool {
+        self.base_known.load(Ordering::Acquire)
+    }
+
+    /// Set when a transaction that logs the bytes commits; cleared when a revoke drops
+    /// the buffer's change from its transaction unlogged.
+    pub(crate) fn set_base_known(&self, known: bool) {
+        self.base_known.store(known, Ordering::Release);
+    }
 }
 
 impl std::fmt::Debug for JBuf {
@@ -123,5 +159,15 @@ mod tests {
             ptr,
             "unshared bytes change in place"
         );
+    }
+
+    #[test]
+    fn only_bytes_from_home_serve_as_a_base_until_logged() {
+        assert!(JBuf::from_home(1, Arc::from(vec![5u8; 64])).base_known());
+        assert!(!JBuf::new(1, Arc::from(vec![5u8; 64])).base_known());
+        let fresh = JBuf::zeroed(2, 64);
+        assert!(!fresh.base_known(), "a new block's home holds garbage");
+        fresh.set_base_known(true);
+        assert!(fresh.base_known(), "logged by a committed transaction");
     }
 }

@@ -116,6 +116,12 @@ pub struct JournalStats {
     pub blocks_logged: u64,
     /// Of those, the blocks written as byte records (`journal_records=bytes`).
     pub blocks_as_records: u64,
+    /// Of those, the DELTA records on a block's home contents: the log held no version
+    /// of the block, and the bytes it had before came from its home (`crate::commit`).
+    pub records_on_home: u64,
+    /// Bytes the byte records took in records blocks: entry and range headers and the
+    /// changed bytes (the rest of a records block is unused; `log_bytes` counts it).
+    pub record_bytes: u64,
     /// Bytes of log blocks commits wrote (revoke, descriptor, copies, records, commit).
     pub log_bytes: u64,
     pub revokes_logged: u64,
@@ -244,6 +250,25 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// Whether the log holds a version of `block`: a committing transaction logs it, or
+    /// its newest durable version waits for the checkpoint.
+    pub(crate) fn logs(&self, block: u64) -> bool {
+        self.checkpoint.blocks.contains_key(&block)
+            || self
+                .committing
+                .iter()
+                .any(|t| t.block_index.contains_key(&block))
+    }
+
+    /// [`State::logs`], or a committing transaction revokes `block`.
+    fn logs_or_revokes(&self, block: u64) -> bool {
+        self.logs(block)
+            || self
+                .committing
+                .iter()
+                .any(|t| t.revokes.binary_search(&block).is_ok())
+    }
+
     /// The state of a journal that has committed nothing since load: `next_tid` comes
     /// next, the log is empty at `start`.
     fn new(next_tid: Tid, start: u32, superblock_says_empty: bool) -> State {
@@ -313,7 +338,16 @@ pub(crate) struct RunningTransaction {
     /// Data written in place under its handles (data=ordered) must be durable before its
     /// commit block: it commits the classic way, behind a flush.
     pub(crate) ordered_data: bool,
+    /// For blocks the log holds no version of, their bytes before this transaction first
+    /// changed them, taken from buffers whose bytes recovery rebuilds ([`JBuf::base_known`]):
+    /// the home block's contents, the base of a byte record (`crate::commit`). At most
+    /// [`HOME_BASES_PER_TRANSACTION`].
+    pub(crate) home_bases: HashMap<u64, Arc<[u8]>>,
 }
+
+/// Home bases one transaction keeps (each a block's copy, freed once it is planned): a
+/// block past them goes whole or ZEROED, as without a base.
+pub(crate) const HOME_BASES_PER_TRANSACTION: usize = 1024;
 
 impl RunningTransaction {
     fn new(tid: Tid) -> RunningTransaction {
@@ -326,6 +360,7 @@ impl RunningTransaction {
             revokes: BTreeSet::new(),
             started_at: Instant::now(),
             ordered_data: false,
+            home_bases: HashMap::new(),
         }
     }
 
@@ -346,6 +381,11 @@ pub(crate) struct CommittingTransaction {
     pub(crate) block_index: HashMap<u64, usize>,
     /// Blocks written as byte records (for the stats; set with `commit_position`).
     pub(crate) records: u64,
+    /// Of those, DELTAs on home contents (for the stats; set with `commit_position`).
+    pub(crate) records_on_home: u64,
+    /// Bytes the records take in records blocks (for the stats; set with
+    /// `commit_position`).
+    pub(crate) record_bytes: u64,
     /// Log blocks it takes, commit block included (for the stats; set with
     /// `commit_position`).
     pub(crate) log_blocks: u32,
@@ -377,6 +417,8 @@ impl CommittingTransaction {
             blocks,
             block_index,
             records: 0,
+            records_on_home: 0,
+            record_bytes: 0,
             log_blocks: 0,
             revokes,
             commit_position: None,
@@ -921,6 +963,13 @@ impl Shared {
         }
     }
 
+    /// Whether a byte record may take a block's home contents as its base (`crate::commit`):
+    /// only with a log that takes records, and with flushes, which make the checkpoint's
+    /// home writes durable before the log lets go of their versions.
+    pub(crate) fn takes_home_bases(&self) -> bool {
+        self.config.barrier && self.log.as_ref().is_some_and(|log| log.layout.records())
+    }
+
     /// The last durable transaction.
     pub(crate) fn committed(&self) -> Tid {
         self.committed_tid.load(Ordering::Acquire)
@@ -1109,10 +1158,27 @@ impl Handle {
             .as_mut()
             .expect("a handle's transaction runs until the handle stops");
         assert_eq!(t.tid, self.tid, "a handle outlived its transaction");
+        let block = buf.block();
         // The block is in use again: a revoke of it earlier in this transaction no longer
         // applies (JBD2's cancel_revoke).
-        t.revokes.remove(&buf.block());
-        if t.buffers.insert(buf.block(), buf.clone()).is_none() {
+        let was_revoked = t.revokes.remove(&block);
+        let replaced = t.buffers.insert(block, buf.clone());
+        // When the log holds nothing of the block, a buffer whose bytes recovery rebuilds
+        // holds, before its first change here, what its home block holds: the base of its
+        // byte record (`crate::commit`). Kept whole: the change about to be made copies the
+        // bytes, as they are shared now.
+        t.home_bases.remove(&block);
+        let base = replaced.is_none()
+            && !was_revoked
+            && buf.base_known()
+            && t.home_bases.len() < HOME_BASES_PER_TRANSACTION
+            && self.shared.takes_home_bases();
+        if base && !st.logs_or_revokes(block) {
+            let t = st.running.as_mut().expect("checked above");
+            t.home_bases.insert(block, buf.bytes());
+        }
+        let t = st.running.as_mut().expect("checked above");
+        if replaced.is_none() {
             buf.set_running_tid(Some(self.tid));
             if self.credits_left > 0 {
                 self.credits_left -= 1;
@@ -1139,19 +1205,17 @@ impl Handle {
         // running (this handle's transaction started after that) and will log its blocks
         // before this transaction's revoke records.
         // Without a log nothing is replayed, so nothing needs revoking.
-        let in_log = self.shared.log.is_some()
-            && (st.checkpoint.blocks.contains_key(&block)
-                || st
-                    .committing
-                    .iter()
-                    .any(|t| t.block_index.contains_key(&block)));
+        let in_log = self.shared.log.is_some() && st.logs(block);
         let t = st
             .running
             .as_mut()
             .expect("a handle's transaction runs until the handle stops");
+        t.home_bases.remove(&block);
         if let Some(buf) = t.buffers.remove(&block) {
-            // Freed before it ever reached the log: it need not be logged at all.
+            // Freed before it ever reached the log: it need not be logged at all. Its
+            // change stays in memory, in no transaction: no longer what recovery rebuilds.
             buf.set_running_tid(None);
+            buf.set_base_known(false);
             self.credits_left += 1;
             t.reserved_credits += 1;
         }

@@ -43,6 +43,10 @@ pub(crate) fn write(
         )));
     };
     reserve(op, ino, offset / bs, end.div_ceil(bs))?;
+    // A data-journaled file's clean page holds what its block holds at home once the
+    // journal's copies of it are checkpointed: kept, it lets the journal log the change
+    // as the bytes changed (`writeback::journal_pages`).
+    let keep_base = fs.journals_data(&op.inode(ino).raw);
     let mut pos = offset;
     while pos < end {
         let index = pos / bs;
@@ -52,9 +56,11 @@ pub(crate) fn write(
         if n < bs as usize && !fs.pages.lock().contains(ino, index) {
             page_data(op, ino, index)?;
         }
-        fs.pages.lock().modify(ino, index, |page| {
-            page[within..within + n].copy_from_slice(src)
-        });
+        let change = |page: &mut [u8]| page[within..within + n].copy_from_slice(src);
+        match keep_base {
+            true => fs.pages.lock().modify_keeping_base(ino, index, change),
+            false => fs.pages.lock().modify(ino, index, change),
+        }
         pos += n as u64;
     }
     let info = op.inode_mut(ino);

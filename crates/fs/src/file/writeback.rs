@@ -489,14 +489,14 @@ fn journal_run(tx: &mut Tx, ino: u32, first: u64, len: u64) -> FsResult<()> {
                 release_reservations(tx, ino, index, count);
                 for e in placed {
                     let logical = u64::from(e.logical);
-                    journal_pages(tx, ino, logical, e.start, u64::from(e.len))?;
+                    journal_pages(tx, ino, logical, e.start, u64::from(e.len), false)?;
                 }
             }
             Mapping::Unwritten(phys) => {
-                journal_pages(tx, ino, index, phys, count)?;
+                journal_pages(tx, ino, index, phys, count, false)?;
                 blockmap::mark_written(tx, ino, index as u32, index + count)?;
             }
-            Mapping::Written(phys) => journal_pages(tx, ino, index, phys, count)?,
+            Mapping::Written(phys) => journal_pages(tx, ino, index, phys, count, true)?,
         }
     }
     Ok(())
@@ -514,22 +514,39 @@ pub(super) fn release_reservations(tx: &mut Tx, ino: u32, first: u64, count: u64
 }
 
 /// Journals `count` pages from page `index` on as the new contents of the blocks from
-/// `phys` on.
-fn journal_pages(tx: &mut Tx, ino: u32, index: u64, phys: u64, count: u64) -> FsResult<()> {
+/// `phys` on; `written`: the blocks hold the file's data already (not just allocated, nor
+/// unwritten, whose home holds garbage).
+///
+/// A written block's buffer is the one the journal logged it in, if still cached (its
+/// bytes are the page's before this change); if not, the page's base (its clean bytes,
+/// kept since the write dirtied it) is what the block holds at home: the file journals
+/// its data, so nothing writes its blocks in place, the journal switch flushed what was
+/// written in place before, and the journal holds nothing of the block (its buffer
+/// stays cached while it does). The journal may then log only the bytes that changed.
+/// Any other block gets a new zeroed buffer, replacing a stale one.
+fn journal_pages(
+    tx: &mut Tx,
+    ino: u32,
+    index: u64,
+    phys: u64,
+    count: u64,
+    written: bool,
+) -> FsResult<()> {
     for i in 0..count {
         let block = phys + i;
-        let data = tx
+        let page = tx
             .fs
             .pages
             .lock()
             .get(ino, index + i)
-            .map(|p| p.data().clone());
-        let Some(data) = data else {
+            .map(|p| (p.data().clone(), p.base().cloned()));
+        let Some((data, base)) = page else {
             continue;
         };
-        let buf = match tx.fs.cache.peek(block) {
-            Some(buf) => buf,
-            None => tx.fs.cache.get_new(block),
+        let buf = match (written, tx.fs.cache.peek(block), base) {
+            (true, Some(buf), _) => buf,
+            (true, None, Some(base)) => tx.fs.cache.get_with_home(block, base),
+            _ => tx.fs.cache.get_new(block),
         };
         tx.modify_buf(&buf, |b| b.copy_from_slice(&data))?;
         // The data now lives in this transaction: fdatasync must wait for it even when

@@ -38,6 +38,19 @@ impl Drop for Scratch {
     }
 }
 
+/// A simulated 32 MiB device with a fresh jext file system of 4 KiB blocks.
+pub fn fresh_sim_fs() -> std::sync::Arc<jext_device::SimDevice> {
+    let dev = std::sync::Arc::new(jext_device::SimDevice::new(32 << 20));
+    let opts = jext_fs::MkfsOptions {
+        assume_zeroed: true,
+        uuid: Some([9; 16]),
+        block_size: Some(4096),
+        ..jext_fs::MkfsOptions::default()
+    };
+    jext_fs::mkfs(dev.clone(), &opts).unwrap();
+    dev
+}
+
 /// Runs a command and panics with its output if it fails.
 pub fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd)

@@ -8,7 +8,10 @@
 //!
 //! - **DELTA**: set these ranges in the block as recovery has it so far (its home contents,
 //!   then every earlier replayed record of it, in tid order). Idempotent; the journal
-//!   writes one only when it knows that state (`crate::commit`).
+//!   writes one only when it knows that state (`crate::commit`): the version an earlier
+//!   transaction still in the log logged, or, when the log holds none, the home contents
+//!   the block was read with or last checkpointed with. Nothing in the record says which:
+//!   recovery rebuilds both the same way, so the format is the same.
 //! - **ZEROED**: the block is zeros with these ranges set. Needs no base at all, so it
 //!   suits a block with no trustworthy home contents (newly allocated, revoked).
 //!
