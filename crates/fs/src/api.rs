@@ -528,6 +528,7 @@ impl Fs {
     fn sync_file(&self, ino: Ino, datasync: bool, promise: Promise) -> FsResult<()> {
         let fs = self.inner();
         drop(self.op(false)?);
+        let _under_way = matches!(promise, Promise::Durable).then(|| fs.journal.fsync_under_way());
         if !fs.is_read_only() {
             // The bulk of the data a batch at a time; what is left (pages dirtied since,
             // the times, the last batch) is planned with the sync.

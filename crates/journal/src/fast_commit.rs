@@ -31,7 +31,6 @@ use jext_io::{IoFlags, WriteRequest};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 /// What became of one fast commit.
@@ -43,6 +42,27 @@ pub enum FastCommitOutcome {
     Obsolete,
     /// The area (or the journal: no fast-commit area) has no room: commit in full.
     NoRoom,
+}
+
+/// An fsync under way, from its start (before its data is written) to its return: what
+/// tells a fast commit whose turn it is that company is coming (`AreaState::batch_wait`).
+pub struct FsyncUnderWay<'a> {
+    area: &'a FastCommitArea,
+}
+
+impl<'a> FsyncUnderWay<'a> {
+    pub(crate) fn new(area: &'a FastCommitArea) -> FsyncUnderWay<'a> {
+        area.state.lock().under_way += 1;
+        FsyncUnderWay { area }
+    }
+}
+
+impl Drop for FsyncUnderWay<'_> {
+    fn drop(&mut self) {
+        let mut st = self.area.state.lock();
+        debug_assert!(st.under_way > 0, "an fsync left that never came");
+        st.under_way -= 1;
+    }
 }
 
 /// The area's state: which tid it holds and where the next fast commit goes.
@@ -70,9 +90,9 @@ struct AreaState {
     done: HashMap<u64, Result<FastCommitOutcome, JournalError>>,
     /// A writer is writing a group now (with the lock released).
     writing: bool,
-    /// The thread that wrote the last group, and how long writing a group takes (a
-    /// moving average): what [`AreaState::batch_wait`] decides from.
-    last_writer: Option<ThreadId>,
+    /// Fsyncs under way ([`FsyncUnderWay`]), handed in or not yet, and how long writing
+    /// a group takes (a moving average): what [`AreaState::batch_wait`] decides from.
+    under_way: usize,
     average_write: Duration,
 }
 
@@ -96,7 +116,7 @@ impl FastCommitArea {
                 waiting: BTreeMap::new(),
                 done: HashMap::new(),
                 writing: false,
-                last_writer: None,
+                under_way: 0,
                 average_write: Duration::ZERO,
             }),
             turn: Condvar::new(),
@@ -125,22 +145,18 @@ impl AreaState {
         })
     }
 
-    /// How long the fsync of `ticket` should wait for company before writing a group of
-    /// its ticket alone (JBD2's batching of synchronous handles, `j_last_sync_writer`):
-    /// only when another thread wrote the last group, so several threads are syncing and
-    /// the next may hand its ticket in any moment. Two threads that each append and
-    /// fsync otherwise alternate, every fast commit alone, one flush and one FUA write
-    /// each; a group of both halves that. Half a group's write time at most: a lone fsync
-    /// pays at worst half again its time, a joiner saves a whole write. A single syncing
-    /// thread never waits.
-    fn batch_wait(&self, ticket: u64) -> Option<Duration> {
-        let alone = self.next_ticket == ticket
-            && self.waiting.len() == 1
-            && self.waiting.contains_key(&ticket);
-        let other_wrote_last = self
-            .last_writer
-            .is_some_and(|t| t != std::thread::current().id());
-        (alone && other_wrote_last && !self.average_write.is_zero())
+    /// How long an fsync that could take the next group now should wait for company
+    /// (JBD2 batches synchronous handles the same way): only while other fsyncs are under
+    /// way and have not handed their tickets in yet, writing their data. Each fsync waits
+    /// once at most, and the last to hand in takes the group at once. Without it, fsyncs
+    /// that each append and sync fall into cohorts that take turns writing (two threads:
+    /// every fast commit alone; eight: two groups of four), each group one flush and one
+    /// FUA write. Half a group's write time at most: a lone fsync pays at worst half again
+    /// its time, a joiner saves a whole write. A single syncing thread never waits.
+    fn batch_wait(&self) -> Option<Duration> {
+        let group_ready = self.waiting.contains_key(&self.next_ticket);
+        let others_coming = self.under_way > self.waiting.len();
+        (group_ready && others_coming && !self.average_write.is_zero())
             .then(|| (self.average_write / 2).min(MAX_BATCH_WAIT))
     }
 
@@ -186,14 +202,13 @@ pub(crate) fn write(
         if !st.writing {
             // While this one waits, whoever hands in the next ticket takes this one along
             // (`take_group` starts at `next_ticket`) and wakes it when the group is done.
-            if let Some(wait) = st.batch_wait(ticket).filter(|_| !batched) {
+            if let Some(wait) = st.batch_wait().filter(|_| !batched) {
                 batched = true;
                 area.turn.wait_for(&mut st, wait);
                 continue;
             }
             if let Some(group) = st.take_group() {
                 st.writing = true;
-                st.last_writer = Some(std::thread::current().id());
                 drop(st);
                 let started = Instant::now();
                 let outcome = write_group(shared, &group);
@@ -317,44 +332,38 @@ pub(crate) fn write_durably(
 mod tests {
     use super::*;
 
-    fn area_with(tickets: &[u64], last_writer: Option<ThreadId>) -> AreaState {
+    fn area_with(tickets: &[u64], under_way: usize) -> AreaState {
         let area = FastCommitArea::new(0, 64);
         let mut st = area.state.into_inner();
         for &t in tickets {
             st.waiting.insert(t, (7, Vec::new()));
         }
-        st.last_writer = last_writer;
+        st.under_way = under_way;
         st.note_write_time(Duration::from_millis(2));
         st
     }
 
-    fn other_thread() -> ThreadId {
-        std::thread::spawn(|| std::thread::current().id())
-            .join()
-            .unwrap()
-    }
-
     #[test]
-    fn a_lone_fsync_waits_for_company_only_after_another_thread_wrote() {
-        let st = area_with(&[0], Some(other_thread()));
-        assert_eq!(st.batch_wait(0), Some(Duration::from_millis(1)));
-        // The same thread syncing again: nobody to wait for.
-        let st = area_with(&[0], Some(std::thread::current().id()));
-        assert_eq!(st.batch_wait(0), None);
-        // Company already there: the group goes at once.
-        let st = area_with(&[0, 1], Some(other_thread()));
-        assert_eq!(st.batch_wait(0), None);
-        // Not this ticket's turn yet.
-        let st = area_with(&[1], Some(other_thread()));
-        assert_eq!(st.batch_wait(1), None);
+    fn a_fast_commit_waits_for_company_only_while_other_fsyncs_are_under_way() {
+        let st = area_with(&[0], 2);
+        assert_eq!(st.batch_wait(), Some(Duration::from_millis(1)));
+        // The only fsync under way: nobody to wait for.
+        let st = area_with(&[0], 1);
+        assert_eq!(st.batch_wait(), None);
+        // Every fsync under way handed in: the group goes at once.
+        let st = area_with(&[0, 1, 2], 3);
+        assert_eq!(st.batch_wait(), None);
+        // Ticket 0 not handed in yet: no group to take.
+        let st = area_with(&[1], 2);
+        assert_eq!(st.batch_wait(), None);
     }
 
     #[test]
     fn the_wait_is_capped_and_follows_the_average_write() {
-        let mut st = area_with(&[0], Some(other_thread()));
+        let mut st = area_with(&[0], 2);
         for _ in 0..64 {
             st.note_write_time(Duration::from_millis(40));
         }
-        assert_eq!(st.batch_wait(0), Some(MAX_BATCH_WAIT));
+        assert_eq!(st.batch_wait(), Some(MAX_BATCH_WAIT));
     }
 }

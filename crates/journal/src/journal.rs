@@ -672,6 +672,12 @@ impl Journal {
         crate::fast_commit::write(&self.shared, ticket, tid, records)
     }
 
+    /// Marks an fsync under way until the returned guard drops: a fast commit whose turn
+    /// it is waits a moment for those not yet handed in (group commit).
+    pub fn fsync_under_way(&self) -> crate::fast_commit::FsyncUnderWay<'_> {
+        crate::fast_commit::FsyncUnderWay::new(&self.shared.fast_commits)
+    }
+
     /// Rings of per-core i-transactions (`ijournal=percore`); 0 in the default mode,
     /// where [`Journal::fast_commit`] writes ext4 fast commits.
     pub fn fast_commit_rings(&self) -> u32 {

@@ -27,7 +27,7 @@ pub mod tid;
 
 pub use area::{AreaRun, JournalArea};
 pub use error::JournalError;
-pub use fast_commit::FastCommitOutcome;
+pub use fast_commit::{FastCommitOutcome, FsyncUnderWay};
 pub use jbuf::JBuf;
 pub use journal::{Handle, Journal, JournalConfig, JournalStats};
 pub use log::{CommitMode, LogFeatures, RecordMode};
