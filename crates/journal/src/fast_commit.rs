@@ -16,9 +16,9 @@
 //! Fast commits are written in ticket order (the order the file system planned them in,
 //! under its lock): replay applies records in log order, so a newer inode image must
 //! never land before an older one. Fsyncs that arrive while one is being written go out
-//! together next, as one fast commit with one flush (group commit, see [`write`]); when
-//! several threads sync, one that would go alone waits a moment for the next
-//! (`AreaState::batch_wait`). An area without room refuses, and the caller commits
+//! together next, as one fast commit with one flush (group commit, see [`write`]); while
+//! other fsyncs are under way and still writing their data, the group waits a moment for
+//! them (`AreaState::batch_wait`). An area without room refuses, and the caller commits
 //! in full instead; so does every later fast commit of the same tid, which may rely on
 //! records the refused one carried. Must never: write a fast commit of a tid whose predecessor is not
 //! durable, or overwrite the area while a tid it holds is not durable.
@@ -45,7 +45,7 @@ pub enum FastCommitOutcome {
 }
 
 /// An fsync under way, from its start (before its data is written) to its return: what
-/// tells a fast commit whose turn it is that company is coming (`AreaState::batch_wait`).
+/// tells a group ready to be written that company is coming (`AreaState::batch_wait`).
 pub struct FsyncUnderWay<'a> {
     area: &'a FastCommitArea,
 }
