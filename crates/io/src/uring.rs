@@ -7,7 +7,7 @@
 //! (the journal's flush thread, or an fsync's caller), and reported from there. The kernel
 //! cannot run `IORING_OP_FSYNC` without blocking, so the ring would hand it to an io-wq
 //! worker and its completion to the reaper: two more thread wake-ups on every sync path,
-//! about a third of the context switches of a data-journaled fsync on a 2-core VM. Only a
+//! about a quarter of the context switches of a data-journaled fsync on a 2-core VM. Only a
 //! flush dispatched by the reaper itself (a completion released it) goes through the ring,
 //! so that one flush never holds up the completions of other writes.
 //!
