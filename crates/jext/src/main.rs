@@ -39,7 +39,21 @@ fn keep_freed_memory() {
     }
 }
 
+/// Turns transparent huge pages off for this process. The first write to a huge page
+/// faults in and zeroes 2 MiB at once, on whatever request touched it: through a jext
+/// mount, 1,000 appends of 80 KiB into new blocks, each followed by an fsync, had 11–31
+/// fsyncs of 3–9 ms (41% of the daemon's CPU was `clear_page_erms` under a huge-page
+/// fault while a write request filled new pages) and none with huge pages off, p99 going
+/// from 5.4–8.3 ms to 1.0–1.3 ms. Databases that care for latency ask the same of their
+/// hosts (Redis, MongoDB). A failure only keeps the system's default.
+fn refuse_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE sets a flag of this process's memory map; it takes no
+    // pointers, and the unused arguments must be zero.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 fn main() {
+    refuse_huge_pages();
     keep_freed_memory();
     let args = cli::Cli::parse();
     std::process::exit(cli::run(args));
