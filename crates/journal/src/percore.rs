@@ -10,6 +10,9 @@
 //!   durable, so nothing live is ever overwritten;
 //! - a ring's lock is held from the choice of its head until the write is durable, so a
 //!   ring's i-transactions become durable in ring order and a torn one is its last;
+//! - an i-transaction is written without FUA and made durable by a flush after it, one
+//!   flush for every ring whose write completed before it was dispatched (the rings
+//!   share flushes as a single log's group commit shares one; `Durably::SharedFlush`);
 //! - writes in different rings go in parallel, but [`write`] returns `Written` only once
 //!   every lower sub-tid is settled (durable, obsolete or refused): recovery replays a
 //!   tid's i-transactions in sub-tid order up to the first one missing, so an fsync
@@ -21,7 +24,7 @@
 //! Must never: let an fsync return while a lower sub-tid of its tid may still be missing
 //! on disk, or leave a sub-tid unsettled (every later fsync would wait for ever).
 
-use crate::fast_commit::{write_durably, FastCommitOutcome};
+use crate::fast_commit::{write_durably, Durably, FastCommitOutcome};
 use crate::format::fast_commit::{FastCommitScan, FcRecord};
 use crate::format::itransaction::{
     decode, decode_header, encode, in_order, ring_bounds, ITransaction, MAX_RINGS,
@@ -242,7 +245,7 @@ fn write_in_ring(
         return Ok(FastCommitOutcome::NoRoom);
     }
     shared.point_superblock_at_log(tid)?;
-    let written = write_durably(shared, ring_first + start, blocks)?;
+    let written = write_durably(shared, ring_first + start, blocks, Durably::SharedFlush)?;
     st.tid = Some(tid);
     st.next_block = start + written;
     drop(st);

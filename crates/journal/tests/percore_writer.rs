@@ -165,3 +165,28 @@ fn order_full_rings_and_recovery() {
     let sb = superblock(&rig.dev, &rig.area);
     assert!(sb.is_clean() && !sb.has_incompat(INCOMPAT_JEXT_PERCORE));
 }
+
+/// An i-transaction is a flush (its file's data first), a plain write and a flush that
+/// every ring writing at the time may share; no FUA. It is durable when it returns: a
+/// crash right after keeps it.
+#[test]
+fn an_itransaction_is_made_durable_by_a_flush_after_it_not_fua() {
+    let rig = fresh();
+    let journal = Arc::new(load(&rig));
+    let tid = change(&journal, 300);
+    // The first i-transaction of a tid also points the superblock at the log.
+    journal.percore_commit(0, 0, tid, &records(0, 1)).unwrap();
+    let before = rig.dev.counters().snapshot();
+    let outcome = journal.percore_commit(1, 0, tid, &records(1, 1)).unwrap();
+    let io = rig.dev.counters().snapshot() - before;
+    assert!(matches!(outcome, FastCommitOutcome::Written { blocks: 1 }));
+    assert_eq!((io.writes, io.fua_writes, io.flushes), (1, 0, 2), "{io:?}");
+
+    let crashed = rig.dev.crash();
+    let report = recover(
+        &IoQueue::new(Arc::new(crashed)),
+        std::slice::from_ref(&rig.area),
+    )
+    .unwrap();
+    assert_eq!(replayed_subs(&report), vec![0, 1]);
+}
