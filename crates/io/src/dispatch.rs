@@ -142,6 +142,11 @@ impl Dispatcher {
         self.core.lock().scheduler.next_flush()
     }
 
+    /// The flush that makes every write completed so far durable (0: none needed).
+    pub(crate) fn covering_flush(&self) -> u64 {
+        self.core.lock().scheduler.covering_flush()
+    }
+
     /// Waits until nothing is pending or in flight.
     pub(crate) fn drain(&self) {
         self.pump();

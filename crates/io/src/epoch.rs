@@ -217,6 +217,9 @@ pub(crate) struct Scheduler {
     last_sync_io: Option<Instant>,
     next_tag: u64,
     flushes_dispatched: u64,
+    /// The flush after which every write completed so far is durable: the first one
+    /// dispatched after the last completion that needed one (0: none did).
+    covering_flush: u64,
     /// The highest-numbered flush that completed successfully.
     max_ok_flush: u64,
     failed_flush: Option<(u64, DeviceError)>,
@@ -253,6 +256,7 @@ impl Scheduler {
             last_sync_io: None,
             next_tag: 0,
             flushes_dispatched: 0,
+            covering_flush: 0,
             max_ok_flush: 0,
             failed_flush: None,
             flush_wanted: 0,
@@ -323,6 +327,12 @@ impl Scheduler {
     /// completed before it.
     pub(crate) fn next_flush(&self) -> u64 {
         self.flushes_dispatched + 1
+    }
+
+    /// The flush that makes every write completed so far durable; it may be dispatched
+    /// or done already (0: no completed write needs one).
+    pub(crate) fn covering_flush(&self) -> u64 {
+        self.covering_flush
     }
 
     /// Whether flush `number` (or a later one) completed; an error if the flush that was
@@ -632,6 +642,7 @@ impl Scheduler {
         } else {
             self.flushes_dispatched + 1
         };
+        self.covering_flush = self.covering_flush.max(durable_after);
         if let (Some(e), Err(err)) = (r.epoch, &result) {
             self.fail_order(e, err.clone());
         }

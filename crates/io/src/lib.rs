@@ -234,6 +234,23 @@ impl IoQueue {
         self.dispatcher.wait_for_flush(number)
     }
 
+    /// The number of the flush after which every write completed before this call is
+    /// durable, for [`IoQueue::wait_for_flush`] later: that flush may be dispatched or
+    /// done by then for someone else, and nothing completed since then counts. 0: no
+    /// completed write needs a flush.
+    pub fn covering_flush(&self) -> u64 {
+        self.dispatcher.covering_flush()
+    }
+
+    /// Waits until flush `number` of [`IoQueue::covering_flush`] (or a later one) is
+    /// done, dispatching it if nobody did yet; at once for 0.
+    pub fn wait_for_flush(&self, number: u64) -> Result<(), DeviceError> {
+        if number == 0 {
+            return Ok(());
+        }
+        self.dispatcher.wait_for_flush(number)
+    }
+
     /// What the queue saw since the last call (queue depth over time, commands, flushes).
     pub fn take_stats(&self) -> QueueStats {
         self.dispatcher.take_stats()
@@ -281,6 +298,34 @@ mod tests {
         assert_eq!(b[0], 1, "the preflush made the earlier writes durable");
         crashed.read_at(65536, &mut b).unwrap();
         assert_eq!(b[0], 0, "the write after the FUA was only cached");
+    }
+
+    #[test]
+    fn a_covering_flush_done_for_someone_else_is_not_done_again() {
+        let dev = Arc::new(SimDevice::new(1 << 20));
+        let q = IoQueue::new(dev.clone());
+        assert_eq!(q.covering_flush(), 0, "nothing written, nothing to flush");
+        q.write(0, buf(1, 4096), IoFlags::empty()).unwrap();
+        let mine = q.covering_flush();
+        // Someone else's flush goes first, then another write completes.
+        q.flush().unwrap();
+        q.write(8192, buf(2, 4096), IoFlags::empty()).unwrap();
+        assert!(
+            q.covering_flush() > mine,
+            "the later write needs a later flush"
+        );
+        let before = dev.counters().snapshot();
+        q.wait_for_flush(mine).unwrap();
+        assert_eq!((dev.counters().snapshot() - before).flushes, 0);
+        let mut b = vec![0u8; 512];
+        let crashed = dev.crash();
+        crashed.read_at(0, &mut b).unwrap();
+        assert_eq!(b[0], 1, "the covered write is durable");
+        crashed.read_at(8192, &mut b).unwrap();
+        assert_eq!(b[0], 0, "the write after the flush is not");
+        // Waiting for the later write's flush dispatches it.
+        q.wait_for_flush(q.covering_flush()).unwrap();
+        assert_eq!((dev.counters().snapshot() - before).flushes, 1);
     }
 
     #[test]

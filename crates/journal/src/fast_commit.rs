@@ -9,8 +9,9 @@
 //!    everything the fast commit would say);
 //! 3. starts the area over (with a HEAD) at the first fast commit of a new tid: the older
 //!    tid is durable, so what the area held is obsolete;
-//! 4. writes the blocks after a flush (the file's data, written before, must be durable
-//!    before anything points at it) and makes them durable (FUA), as Linux's
+//! 4. writes the blocks once the flush that covers the files' data is done (the data,
+//!    written before, must be durable before anything points at it; someone else's flush
+//!    may have done it already), and makes them durable (FUA), as Linux's
 //!    `REQ_PREFLUSH | REQ_FUA` on the tail block (see [`write_durably`]).
 //!
 //! Fast commits are written in ticket order (the order the file system planned them in,
@@ -85,7 +86,7 @@ struct AreaState {
     /// be, since it may rely on what the unwritten one carried (an unlink said once).
     failed_tid: Option<Tid>,
     /// Fast commits handed in and not yet taken by a writer, by ticket.
-    waiting: BTreeMap<u64, (Tid, Vec<FcRecord>)>,
+    waiting: BTreeMap<u64, HandedIn>,
     /// What became of each ticket a writer took, until its fsync picks it up.
     done: HashMap<u64, Result<FastCommitOutcome, JournalError>>,
     /// A writer is writing a group now (with the lock released).
@@ -96,10 +97,20 @@ struct AreaState {
     average_write: Duration,
 }
 
+/// One fsync's fast commit, handed in and waiting for a writer.
+struct HandedIn {
+    tid: Tid,
+    /// The flush that makes its file's data durable ([`jext_io::IoQueue::covering_flush`]).
+    data_flush: u64,
+    records: Vec<FcRecord>,
+}
+
 /// The fast commits one writer takes: consecutive tickets of one tid.
 struct Group {
     tickets: std::ops::Range<u64>,
     tid: Tid,
+    /// The latest of its members' data flushes.
+    data_flush: u64,
     records: Vec<FcRecord>,
 }
 
@@ -128,19 +139,21 @@ impl AreaState {
     /// The run of consecutive tickets from `next_ticket` that share its tid, taken out of
     /// `waiting`; `None` if `next_ticket` has not come in yet.
     fn take_group(&mut self) -> Option<Group> {
-        let (tid, _) = self.waiting.get(&self.next_ticket)?;
-        let tid = *tid;
+        let tid = self.waiting.get(&self.next_ticket)?.tid;
         let first = self.next_ticket;
         let mut next = first;
+        let mut data_flush = 0;
         let mut records = Vec::new();
-        while self.waiting.get(&next).is_some_and(|(t, _)| *t == tid) {
-            let (_, mut more) = self.waiting.remove(&next).expect("just looked");
-            records.append(&mut more);
+        while self.waiting.get(&next).is_some_and(|h| h.tid == tid) {
+            let mut member = self.waiting.remove(&next).expect("just looked");
+            data_flush = data_flush.max(member.data_flush);
+            records.append(&mut member.records);
             next += 1;
         }
         Some(Group {
             tickets: first..next,
             tid,
+            data_flush,
             records,
         })
     }
@@ -181,10 +194,13 @@ const MAX_BATCH_WAIT: Duration = Duration::from_millis(5);
 /// in ticket order, one TAIL, one flush and one FUA write); the others wait for its
 /// outcome. While it writes, with the lock released, later fsyncs queue up for the next
 /// group, so concurrent fsyncs share the device's flushes as full commits do.
+/// `data_flush` is the flush that makes the fsync's file data durable
+/// ([`jext_io::IoQueue::covering_flush`], taken once its data writes completed).
 pub(crate) fn write(
     shared: &Shared,
     ticket: u64,
     tid: Tid,
+    data_flush: u64,
     records: Vec<FcRecord>,
 ) -> Result<FastCommitOutcome, JournalError> {
     let area = &shared.fast_commits;
@@ -193,7 +209,14 @@ pub(crate) fn write(
         ticket >= st.next_ticket,
         "fast-commit ticket {ticket} handed in twice"
     );
-    st.waiting.insert(ticket, (tid, records));
+    st.waiting.insert(
+        ticket,
+        HandedIn {
+            tid,
+            data_flush,
+            records,
+        },
+    );
     let mut batched = false;
     loop {
         if let Some(outcome) = st.done.remove(&ticket) {
@@ -259,7 +282,13 @@ fn write_group(shared: &Shared, group: &Group) -> Result<Written, JournalError> 
         return Ok(Written::Refused);
     }
     shared.point_superblock_at_log(group.tid)?;
-    let written = write_durably(shared, area.first + start, blocks, Durably::Fua)?;
+    let written = write_durably(
+        shared,
+        area.first + start,
+        blocks,
+        group.data_flush,
+        Durably::Fua,
+    )?;
     shared.note_fast_commit(written);
     Ok(Written::At { start, written })
 }
@@ -296,47 +325,47 @@ fn settle(st: &mut AreaState, group: &Group, written: Result<Written, JournalErr
     st.writing = false;
 }
 
-/// How a fast commit's blocks become durable once the flush before them is done.
+/// How a fast commit's blocks become durable once they are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Durably {
     /// Every block written with FUA (they merge into one FUA write): a FUA only on the
     /// last would leave the others in the device's cache when the fsync returns. The
-    /// single fast-commit area writes one group at a time, so nothing could share a flush
-    /// after it.
+    /// single area writes one group at a time, and its next group's fsyncs are mostly
+    /// waiting in this one, so a flush after it would serve nobody else.
     Fua,
-    /// Written plainly, then a flush, which the IO layer shares among everyone who asks
-    /// for one before it is dispatched. Per-core rings write at the same time, and each
-    /// FUA write costs a flush of its own (a FUA write is a write and a flush wherever the
-    /// device has no native FUA, as a loop device or an image file has none): 8 threads
-    /// of `jext bench dwsl` in `ijournal=percore` made 0.48 flushes and 0.98 FUA writes per
-    /// fsync with FUA, where the single area's groups made 0.14 of each.
+    /// Written plainly, then a flush that the IO layer shares with everyone who asks
+    /// before it is dispatched. Per-core rings write at the same time, and where the
+    /// device has no native FUA (a loop device, an image file) each FUA write is a write
+    /// and a flush of its own. With 8 threads of `jext bench dwsl`, per-core rings made
+    /// 0.48 flushes and 0.98 FUA writes per fsync with FUA, 0.86 flushes with this.
     SharedFlush,
 }
 
 /// Writes `blocks` from journal block `first` and returns their count once they are
-/// durable. First a flush: the file's data, written (and waited for) before, must be
-/// durable before anything points at it; it is a flush of its own rather than a PREFLUSH
-/// on the first block, because a PREFLUSH write holds back every write issued after it
-/// until its flush is done, which would make concurrent fsyncs (other files' data
-/// writes, other rings) queue behind this one; concurrent flushes are shared. Then the
-/// blocks, made durable as `durably` says.
+/// durable, as `durably` says.
+///
+/// First the files' data they point at must be durable: flush `data_flush`, the one due
+/// when that data's writes completed. Someone else's flush (another ring's, a full
+/// commit's, an fsync beside) may have done it already; then there is no flush of its
+/// own. A flush rather than a PREFLUSH on the first block, because a PREFLUSH write holds
+/// back every write issued after it until its flush is done, which would make concurrent
+/// fsyncs (other files' data writes, other rings) queue behind this one.
 pub(crate) fn write_durably(
     shared: &Shared,
     first: u32,
     blocks: Vec<Vec<u8>>,
+    data_flush: u64,
     durably: Durably,
 ) -> Result<u32, JournalError> {
     let count = blocks.len() as u32;
     let barrier = shared.config.barrier;
-    let flags = if barrier {
-        shared.io.flush()?;
-        match durably {
-            Durably::Fua => IoFlags::FUA,
-            Durably::SharedFlush => IoFlags::empty(),
-        }
-    } else {
-        IoFlags::empty()
+    let flags = match (barrier, durably) {
+        (true, Durably::Fua) => IoFlags::FUA,
+        _ => IoFlags::empty(),
     };
+    if barrier {
+        shared.io.wait_for_flush(data_flush)?;
+    }
     let requests = blocks
         .into_iter()
         .enumerate()
@@ -360,7 +389,14 @@ mod tests {
         let area = FastCommitArea::new(0, 64);
         let mut st = area.state.into_inner();
         for &t in tickets {
-            st.waiting.insert(t, (7, Vec::new()));
+            st.waiting.insert(
+                t,
+                HandedIn {
+                    tid: 7,
+                    data_flush: 0,
+                    records: Vec::new(),
+                },
+            );
         }
         st.under_way = under_way;
         st.note_write_time(Duration::from_millis(2));

@@ -657,19 +657,22 @@ impl Journal {
     /// Writes one fast commit of `tid` (from [`Journal::fast_commit_tid`]) holding
     /// `records`, in the order of `ticket` (0, 1, 2, ... handed out where the records
     /// were built; every ticket must come here once, with no records if there is nothing
-    /// to write). Returns once it is durable, or says why nothing was written.
+    /// to write). `data_flush` is the flush after which the file data it points at is
+    /// durable: [`jext_io::IoQueue::covering_flush`], taken once that data's writes
+    /// completed. Returns once it is durable, or says why nothing was written.
     pub fn fast_commit(
         &self,
         ticket: u64,
         tid: Tid,
+        data_flush: u64,
         records: Vec<FcRecord>,
     ) -> Result<FastCommitOutcome, JournalError> {
         if let Some(err) = self.aborted() {
             // Keep the tickets moving for the others, who will see the abort too.
-            let _ = crate::fast_commit::write(&self.shared, ticket, tid, Vec::new());
+            let _ = crate::fast_commit::write(&self.shared, ticket, tid, 0, Vec::new());
             return Err(err);
         }
-        crate::fast_commit::write(&self.shared, ticket, tid, records)
+        crate::fast_commit::write(&self.shared, ticket, tid, data_flush, records)
     }
 
     /// Marks an fsync under way until the returned guard drops: a fast commit whose turn
@@ -688,13 +691,15 @@ impl Journal {
     /// [`Journal::fast_commit_tid`]) holding `records` to a free ring, in parallel with
     /// other fsyncs; `first_sub_tid` is the first sub-tid handed out in `tid`. Sub-tids
     /// are handed out 0, 1, 2, ... where the records were built, and every one must come
-    /// here once. Returns once it and every lower sub-tid are durable (or says why
+    /// here once; `data_flush` as for [`Journal::fast_commit`]. Returns once it and
+    /// every lower sub-tid are durable (or says why
     /// nothing that counts was written).
     pub fn percore_commit(
         &self,
         sub_tid: u64,
         first_sub_tid: u64,
         tid: Tid,
+        data_flush: u64,
         records: &[FcRecord],
     ) -> Result<FastCommitOutcome, JournalError> {
         let Some(rings) = &self.shared.rings else {
@@ -704,6 +709,7 @@ impl Journal {
             sub_tid,
             first_sub_tid,
             tid,
+            data_flush,
             records,
         };
         crate::percore::write(&self.shared, rings, plan)

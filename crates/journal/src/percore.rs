@@ -180,6 +180,8 @@ pub(crate) struct Planned<'a> {
     /// The first sub-tid handed out in `tid`.
     pub first_sub_tid: u64,
     pub tid: Tid,
+    /// The flush that makes its file's data durable ([`jext_io::IoQueue::covering_flush`]).
+    pub data_flush: u64,
     pub records: &'a [FcRecord],
 }
 
@@ -245,7 +247,13 @@ fn write_in_ring(
         return Ok(FastCommitOutcome::NoRoom);
     }
     shared.point_superblock_at_log(tid)?;
-    let written = write_durably(shared, ring_first + start, blocks, Durably::SharedFlush)?;
+    let written = write_durably(
+        shared,
+        ring_first + start,
+        blocks,
+        plan.data_flush,
+        Durably::SharedFlush,
+    )?;
     st.tid = Some(tid);
     st.next_block = start + written;
     drop(st);

@@ -5,7 +5,7 @@
 //! i-transactions that returned.
 
 use jext_device::{BlockDevice, SimDevice};
-use jext_io::IoQueue;
+use jext_io::{IoFlags, IoQueue};
 use jext_journal::format::fast_commit::FcRecord;
 use jext_journal::format::superblock::{INCOMPAT_FAST_COMMIT, INCOMPAT_JEXT_PERCORE};
 use jext_journal::format::JournalSuperblock;
@@ -106,7 +106,9 @@ fn order_full_rings_and_recovery() {
 
     let written = |o: FastCommitOutcome| matches!(o, FastCommitOutcome::Written { .. });
     assert!(written(
-        journal.percore_commit(0, 0, tid, &records(0, 1)).unwrap()
+        journal
+            .percore_commit(0, 0, tid, 0, &records(0, 1))
+            .unwrap()
     ));
     let sb = superblock(&rig.dev, &rig.area);
     assert!(sb.has_incompat(INCOMPAT_JEXT_PERCORE) && !sb.is_clean());
@@ -116,7 +118,9 @@ fn order_full_rings_and_recovery() {
     let later = {
         let (journal, returned) = (journal.clone(), returned.clone());
         std::thread::spawn(move || {
-            let outcome = journal.percore_commit(2, 0, tid, &records(2, 1)).unwrap();
+            let outcome = journal
+                .percore_commit(2, 0, tid, 0, &records(2, 1))
+                .unwrap();
             returned.store(true, Ordering::SeqCst);
             outcome
         })
@@ -127,17 +131,23 @@ fn order_full_rings_and_recovery() {
         "sub-tid 2 returned before sub-tid 1"
     );
     assert!(written(
-        journal.percore_commit(1, 0, tid, &records(1, 1)).unwrap()
+        journal
+            .percore_commit(1, 0, tid, 0, &records(1, 1))
+            .unwrap()
     ));
     assert!(written(later.join().unwrap()));
 
     // Too large for any ring: refused, and so is every later sub-tid of the tid.
     assert_eq!(
-        journal.percore_commit(3, 0, tid, &records(3, 300)).unwrap(),
+        journal
+            .percore_commit(3, 0, tid, 0, &records(3, 300))
+            .unwrap(),
         FastCommitOutcome::NoRoom
     );
     assert_eq!(
-        journal.percore_commit(4, 0, tid, &records(4, 1)).unwrap(),
+        journal
+            .percore_commit(4, 0, tid, 0, &records(4, 1))
+            .unwrap(),
         FastCommitOutcome::NoRoom
     );
 
@@ -152,7 +162,9 @@ fn order_full_rings_and_recovery() {
     let next = change(&journal, 301);
     assert_ne!(next, tid);
     assert!(written(
-        journal.percore_commit(5, 5, next, &records(5, 1)).unwrap()
+        journal
+            .percore_commit(5, 5, next, 0, &records(5, 1))
+            .unwrap()
     ));
     let crashed = rig.dev.crash();
     let io = IoQueue::new(Arc::new(crashed));
@@ -166,27 +178,52 @@ fn order_full_rings_and_recovery() {
     assert!(sb.is_clean() && !sb.has_incompat(INCOMPAT_JEXT_PERCORE));
 }
 
-/// An i-transaction is a flush (its file's data first), a plain write and a flush that
-/// every ring writing at the time may share; no FUA. It is durable when it returns: a
-/// crash right after keeps it.
+/// An i-transaction waits for the flush that covers its file's data (none of its own if
+/// someone else's flush did that already), then is written plainly and made durable by a
+/// flush that every ring writing at the time may share; no FUA. It is durable when it
+/// returns: a crash right after keeps it.
 #[test]
 fn an_itransaction_is_made_durable_by_a_flush_after_it_not_fua() {
     let rig = fresh();
     let journal = Arc::new(load(&rig));
     let tid = change(&journal, 300);
     // The first i-transaction of a tid also points the superblock at the log.
-    journal.percore_commit(0, 0, tid, &records(0, 1)).unwrap();
+    journal
+        .percore_commit(0, 0, tid, 0, &records(0, 1))
+        .unwrap();
+    let data_write = |byte: u8| {
+        let data: Arc<[u8]> = Arc::from(vec![byte; BS as usize]);
+        rig.io.write(2 << 20, data, IoFlags::empty()).unwrap();
+        rig.io.covering_flush()
+    };
+
+    let data_flush = data_write(1);
     let before = rig.dev.counters().snapshot();
-    let outcome = journal.percore_commit(1, 0, tid, &records(1, 1)).unwrap();
+    let outcome = journal
+        .percore_commit(1, 0, tid, data_flush, &records(1, 1))
+        .unwrap();
     let io = rig.dev.counters().snapshot() - before;
     assert!(matches!(outcome, FastCommitOutcome::Written { blocks: 1 }));
     assert_eq!((io.writes, io.fua_writes, io.flushes), (1, 0, 2), "{io:?}");
 
+    // Someone else's flush came after the data: only the closing flush is left.
+    let data_flush = data_write(2);
+    rig.io.flush().unwrap();
+    let before = rig.dev.counters().snapshot();
+    journal
+        .percore_commit(2, 0, tid, data_flush, &records(2, 1))
+        .unwrap();
+    let io = rig.dev.counters().snapshot() - before;
+    assert_eq!((io.writes, io.fua_writes, io.flushes), (1, 0, 1), "{io:?}");
+
     let crashed = rig.dev.crash();
+    let mut data = vec![0u8; 512];
+    crashed.read_at(2 << 20, &mut data).unwrap();
+    assert_eq!(data[0], 2, "the data is durable before what points at it");
     let report = recover(
         &IoQueue::new(Arc::new(crashed)),
         std::slice::from_ref(&rig.area),
     )
     .unwrap();
-    assert_eq!(replayed_subs(&report), vec![0, 1]);
+    assert_eq!(replayed_subs(&report), vec![0, 1, 2]);
 }

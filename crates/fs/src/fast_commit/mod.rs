@@ -649,8 +649,13 @@ fn eligible_directory(fs: &FsInner, dir: u32) -> Result<(), Ineligible> {
 }
 
 /// Writes a planned fast commit, or notes why the fsync must commit in full; returns
-/// whether the file is durable without a full commit.
-pub(crate) fn write(fs: &FsInner, plan: Result<Plan, Ineligible>) -> FsResult<bool> {
+/// whether the file is durable without a full commit. `data_flush` is the flush that
+/// makes the file's data durable (`IoQueue::covering_flush` once its writes completed).
+pub(crate) fn write(
+    fs: &FsInner,
+    plan: Result<Plan, Ineligible>,
+    data_flush: u64,
+) -> FsResult<bool> {
     let plan = match plan {
         Ok(plan) => plan,
         Err(reason) => {
@@ -660,11 +665,12 @@ pub(crate) fn write(fs: &FsInner, plan: Result<Plan, Ineligible>) -> FsResult<bo
     };
     let journal = &fs.journal;
     let outcome = match fs.options.ijournal {
-        IJournal::Single => journal.fast_commit(plan.ticket, plan.tid, plan.records)?,
+        IJournal::Single => journal.fast_commit(plan.ticket, plan.tid, data_flush, plan.records)?,
         IJournal::PerCore => journal.percore_commit(
             plan.ticket,
             plan.first_ticket_of_tid,
             plan.tid,
+            data_flush,
             &plan.records,
         )?,
     };
