@@ -483,8 +483,27 @@ impl Fs {
     /// A write of pages a kernel cached earlier (FUSE's writeback cache): that kernel keeps
     /// the file's mtime and ctime itself and sends them with a `setattr`, which may come
     /// before these pages do, so the write changes data and size but not the times.
+    ///
+    /// The kernel writes back whole pages, so an append to an append-only file arrives as
+    /// its page from the page's start: the bytes the file already holds come again, and
+    /// only those past the end are new. They are checked, not written: a byte that differs
+    /// is a change, and the write is refused (EPERM) as any write before the end is.
     pub fn write_cached(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        self.write_with(ino, offset, data, false)
+        let resent = self.bytes_resent_to_append_only(ino, offset, data)?;
+        let written = self.write_with(ino, offset + resent as u64, &data[resent..], false)?;
+        Ok(resent + written)
+    }
+
+    /// How many of `data`'s first bytes an append-only file already holds at `offset`, up
+    /// to its end (0 for any other file, or if one of them differs).
+    fn bytes_resent_to_append_only(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
+        let st = self.stat(ino)?;
+        if st.flags & crate::format::inode::flags::APPEND == 0 || offset >= st.size {
+            return Ok(0);
+        }
+        let overlap = (st.size - offset).min(data.len() as u64) as usize;
+        let held = self.read(ino, offset, overlap)?;
+        Ok(if held == data[..overlap] { overlap } else { 0 })
     }
 
     fn write_with(&self, ino: Ino, offset: u64, data: &[u8], touch_times: bool) -> FsResult<usize> {

@@ -221,8 +221,9 @@ pub struct SetAttr {
     pub crtime: Option<Timestamp>,
     pub flags: Option<u32>,
     /// `atime`/`mtime` are "now" because the caller asked for the current time
-    /// (`utimes(NULL)`, `UTIME_NOW`, `touch`), not for a time of its choice: an append-only
-    /// file allows the first and refuses the second, as ext4 does.
+    /// (`utimes(NULL)`, `UTIME_NOW`, `touch`), or are the times of writes a kernel cached
+    /// (FUSE's writeback cache), not a time of the caller's choice: an append-only file
+    /// allows the first and refuses the second, as ext4 does.
     pub times_to_now: bool,
     /// Drop privileges from a non-directory as Linux does on a truncate or chown (a front
     /// end whose kernel leaves this to jext says which).

@@ -54,3 +54,37 @@ fn a_change_after_a_stat_moves_the_times() {
     }
     fs.unmount().unwrap();
 }
+
+/// FUSE's writeback cache sends an append to an append-only file as its whole page, from
+/// the page's start: the bytes the file already holds come again. They are accepted as
+/// long as they are the same, and only the new ones are written; a page that changes an
+/// old byte is refused (fstests generic/079 lost such appends to EIO).
+#[test]
+fn a_cached_append_to_an_append_only_file_resends_what_it_holds() {
+    let dev = std::sync::Arc::new(jext_device::SimDevice::new(64 << 20));
+    jext_fs::mkfs(dev.clone(), &jext_fs::MkfsOptions::default()).unwrap();
+    let fs = Fs::open(dev, MountOptions::default()).unwrap();
+    let f = fs.create_file("/log", 0o644).unwrap();
+    f.write_at(0, b"original-content\n").unwrap();
+    let append_only = jext_fs::SetAttr {
+        flags: Some(jext_fs::format::inode::flags::APPEND),
+        ..jext_fs::SetAttr::default()
+    };
+    fs.setattr(f.ino(), &append_only).unwrap();
+
+    let page = b"original-content\nappended\n";
+    assert_eq!(fs.write_cached(f.ino(), 0, page).unwrap(), page.len());
+    assert_eq!(fs.read(f.ino(), 0, 64).unwrap(), page.to_vec());
+
+    let changed = b"ORIGINAL-content\nappended\nmore\n";
+    assert!(matches!(
+        fs.write_cached(f.ino(), 0, changed),
+        Err(jext_fs::FsError::NotPermitted(_))
+    ));
+    assert!(
+        fs.write(f.ino(), 0, page).is_err(),
+        "an uncached write before the end"
+    );
+    assert_eq!(fs.read(f.ino(), 0, 64).unwrap(), page.to_vec());
+    fs.unmount().unwrap();
+}

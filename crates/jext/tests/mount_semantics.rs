@@ -299,6 +299,44 @@ fn immutable_and_append_only_hold_for_descriptors_opened_before() {
     });
 }
 
+/// With the writeback cache the kernel sends an append as its whole page and the times of
+/// its writes later, in a setattr: both reach an append-only file and must be taken as
+/// the append they are (fstests generic/079: the write returned, and the bytes were lost
+/// to EIO at writeback). Times of one's choice stay refused.
+#[test]
+fn an_append_only_file_takes_appends_through_the_writeback_cache() {
+    on_each_transport(|| {
+        let s = Scratch::new("append-wb");
+        mount(&s, "writeback_cache");
+        let path = s.mnt().join("log");
+        fs::write(&path, b"original-content\n").unwrap();
+        ok("chattr", &["+a", p(&path)]);
+        for line in [&b"appended\n"[..], b"more\n"] {
+            let mut appender = OpenOptions::new().append(true).open(&path).unwrap();
+            appender.write_all(line).unwrap();
+            appender.sync_all().unwrap();
+        }
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            b"original-content\nappended\nmore\n"
+        );
+        assert_eq!(
+            errno_of(OpenOptions::new().write(true).open(&path)),
+            Some(libc::EPERM),
+            "opened for writing without O_APPEND"
+        );
+        assert!(
+            !sh("touch", &["-d", "2001-01-01", p(&path)])
+                .status
+                .success(),
+            "times of one's choice on an append-only file"
+        );
+        ok("chattr", &["-a", p(&path)]);
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
+}
+
 /// `chattr` through the mount asks for what ext4 asks for: the owner (or CAP_FOWNER) to
 /// change a file's flags, CAP_LINUX_IMMUTABLE for `i` and `a`, CAP_SYS_RESOURCE for `j`
 /// (data journaling); EPERM otherwise. The kernel leaves these checks to the FUSE server.
