@@ -489,9 +489,18 @@ impl Fs {
     /// only those past the end are new. They are checked, not written: a byte that differs
     /// is a change, and the write is refused (EPERM) as any write before the end is.
     pub fn write_cached(&self, ino: Ino, offset: u64, data: &[u8]) -> FsResult<usize> {
-        let resent = self.bytes_resent_to_append_only(ino, offset, data)?;
-        let written = self.write_with(ino, offset + resent as u64, &data[resent..], false)?;
-        Ok(resent + written)
+        // Looked at only once the write was refused: every other cached write goes as is.
+        match self.write_with(ino, offset, data, false) {
+            Err(FsError::NotPermitted(why)) => {
+                let resent = self.bytes_resent_to_append_only(ino, offset, data)?;
+                if resent == 0 {
+                    return Err(FsError::NotPermitted(why));
+                }
+                let rest = &data[resent..];
+                Ok(resent + self.write_with(ino, offset + resent as u64, rest, false)?)
+            }
+            written => written,
+        }
     }
 
     /// How many of `data`'s first bytes an append-only file already holds at `offset`, up
