@@ -39,6 +39,9 @@ use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+/// How much of a `copy_file_range` one read and write carry (a FUSE write's maximum).
+const COPY_CHUNK_BYTES: u64 = 1 << 20;
+
 /// A mounted file system.
 #[derive(Clone)]
 pub struct Fs {
@@ -535,6 +538,50 @@ impl Fs {
         // With nothing locked: a throttled writer must not hold up others for its writeback.
         file::balance_dirty(self.inner(), ino)?;
         Ok(written)
+    }
+
+    /// `copy_file_range`: copies up to `len` bytes of `from` at `from_offset` to `to` at
+    /// `to_offset`, stopping at the end of `from`, and returns how many it copied. ext4
+    /// shares no blocks between files, so the copy is reads and writes, each write with
+    /// every check a `write` makes (an immutable or append-only target refuses it).
+    /// Overlapping ranges of one file are refused (EINVAL), as the kernel refuses them.
+    pub fn copy_file_range(
+        &self,
+        from: Ino,
+        from_offset: u64,
+        to: Ino,
+        to_offset: u64,
+        len: u64,
+    ) -> FsResult<u64> {
+        let len = len.min(self.stat(from)?.size.saturating_sub(from_offset));
+        let ends = |offset: u64| {
+            offset.checked_add(len).ok_or_else(|| {
+                FsError::Invalid(format!(
+                    "copy_file_range: offset {offset} + {len} overflows"
+                ))
+            })
+        };
+        let (from_end, to_end) = (ends(from_offset)?, ends(to_offset)?);
+        if from == to && from_offset < to_end && to_offset < from_end {
+            return Err(FsError::Invalid(format!(
+                "copy_file_range within inode {from}: bytes {from_offset}..{from_end} and \
+                 {to_offset}..{to_end} overlap"
+            )));
+        }
+        let mut copied = 0;
+        while copied < len {
+            let chunk = (len - copied).min(COPY_CHUNK_BYTES) as usize;
+            let data = self.read(from, from_offset + copied, chunk)?;
+            if data.is_empty() {
+                break;
+            }
+            let written = self.write(to, to_offset + copied, &data)?;
+            copied += written as u64;
+            if written < data.len() {
+                break;
+            }
+        }
+        Ok(copied)
     }
 
     /// `fsync` (`datasync`: `fdatasync`): returns once the file is durable.

@@ -55,6 +55,63 @@ fn a_change_after_a_stat_moves_the_times() {
     fs.unmount().unwrap();
 }
 
+/// `copy_file_range` copies to the end of its source at most, refuses overlapping ranges
+/// of one file but not disjoint ones, and makes each write's checks (immutable target).
+#[test]
+fn copy_file_range_copies_up_to_the_source_end_with_a_writes_checks() {
+    let dev = std::sync::Arc::new(jext_device::SimDevice::new(64 << 20));
+    jext_fs::mkfs(dev.clone(), &jext_fs::MkfsOptions::default()).unwrap();
+    let fs = Fs::open(dev, MountOptions::default()).unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    let src = fs.create_file("/src", 0o644).unwrap();
+    src.write_at(0, &data).unwrap();
+    let dst = fs.create_file("/dst", 0o644).unwrap();
+
+    let copied = fs.copy_file_range(src.ino(), 5, dst.ino(), 100, u64::MAX / 2);
+    assert_eq!(
+        copied.unwrap(),
+        data.len() as u64 - 5,
+        "stops at the source's end"
+    );
+    let back = fs.read(dst.ino(), 0, data.len() + 200).unwrap();
+    assert_eq!(back.len(), 100 + data.len() - 5);
+    assert!(
+        back[..100].iter().all(|&b| b == 0),
+        "the gap before reads as zeros"
+    );
+    assert_eq!(&back[100..], &data[5..]);
+    assert_eq!(
+        fs.copy_file_range(src.ino(), 1 << 40, dst.ino(), 0, 10)
+            .unwrap(),
+        0
+    );
+
+    let overlap = fs.copy_file_range(src.ino(), 0, src.ino(), 4096, 8192);
+    assert!(
+        matches!(overlap, Err(jext_fs::FsError::Invalid(_))),
+        "{overlap:?}"
+    );
+    let tail = data.len() as u64;
+    assert_eq!(
+        fs.copy_file_range(src.ino(), 0, src.ino(), tail, 4096)
+            .unwrap(),
+        4096
+    );
+    assert_eq!(fs.read(src.ino(), tail, 4096).unwrap(), &data[..4096]);
+
+    let immutable = jext_fs::SetAttr {
+        flags: Some(jext_fs::format::inode::flags::IMMUTABLE),
+        ..jext_fs::SetAttr::default()
+    };
+    fs.setattr(dst.ino(), &immutable).unwrap();
+    let refused = fs.copy_file_range(src.ino(), 0, dst.ino(), 0, 10);
+    assert!(
+        matches!(refused, Err(jext_fs::FsError::NotPermitted(_))),
+        "{refused:?}"
+    );
+    fs.unmount().unwrap();
+}
+
 /// FUSE's writeback cache sends an append to an append-only file as its whole page, from
 /// the page's start: the bytes the file already holds come again. They are accepted as
 /// long as they are the same, and only the new ones are written; a page that changes an

@@ -337,6 +337,80 @@ fn an_append_only_file_takes_appends_through_the_writeback_cache() {
     });
 }
 
+fn copy_file_range(from: &fs::File, from_at: i64, to: &fs::File, to_at: i64, len: usize) -> i64 {
+    let (mut from_at, mut to_at) = (from_at, to_at);
+    // SAFETY: both descriptors are open for the call, and the offsets are locals it may
+    // move; no buffer of ours is handed over.
+    unsafe {
+        libc::copy_file_range(
+            from.as_raw_fd(),
+            &mut from_at,
+            to.as_raw_fd(),
+            &mut to_at,
+            len,
+            0,
+        ) as i64
+    }
+}
+
+/// With the writeback cache, what a program just wrote may be only in the kernel's pages.
+/// `copy_file_range` reaches jext, which refuses an immutable target (fstests generic/553),
+/// and SEEK_DATA / SEEK_HOLE never answer a hole where unwritten-back data is (the
+/// kernel answers them: fstests' seek_sanity_test found ENXIO after a one-byte write).
+/// The same checks hold without the cache.
+#[test]
+fn copies_and_seeks_see_data_still_in_the_kernel_cache() {
+    on_each_transport(|| {
+        for options in ["writeback_cache", "nowriteback_cache"] {
+            let s = Scratch::new("copy-seek");
+            mount(&s, options);
+            let (src, dst) = (s.mnt().join("src"), s.mnt().join("dst"));
+            let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            fs::write(&src, &data).unwrap();
+            fs::write(&dst, b"").unwrap();
+            let from = fs::File::open(&src).unwrap();
+            let to = OpenOptions::new().write(true).open(&dst).unwrap();
+            assert_eq!(
+                copy_file_range(&from, 1000, &to, 0, 1 << 20),
+                299_000,
+                "{options}"
+            );
+            to.sync_all().unwrap();
+            assert_eq!(fs::read(&dst).unwrap(), &data[1000..], "{options}");
+
+            ok("chattr", &["+i", p(&dst)]);
+            assert_eq!(copy_file_range(&from, 0, &to, 0, 4096), -1, "{options}");
+            assert_eq!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EPERM),
+                "{options}: copy into an immutable file"
+            );
+            ok("chattr", &["-i", p(&dst)]);
+
+            let sparse = OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .read(true)
+                .write(true)
+                .open(s.mnt().join("sparse"))
+                .unwrap();
+            sparse.write_all_at(b"x", 1 << 20).unwrap();
+            // SAFETY: plain lseek on a descriptor this test holds open.
+            let data_at = unsafe { libc::lseek(sparse.as_raw_fd(), 0, libc::SEEK_DATA) };
+            assert!(
+                (0..=1 << 20).contains(&data_at),
+                "{options}: SEEK_DATA skipped the byte just written ({data_at})"
+            );
+            // SAFETY: as above.
+            let hole_at = unsafe { libc::lseek(sparse.as_raw_fd(), data_at, libc::SEEK_HOLE) };
+            assert!(hole_at > 1 << 20, "{options}: SEEK_HOLE at {hole_at}");
+            drop((from, to, sparse));
+            umount(&s);
+            e2fsck_clean(&s.image());
+        }
+    });
+}
+
 /// `chattr` through the mount asks for what ext4 asks for: the owner (or CAP_FOWNER) to
 /// change a file's flags, CAP_LINUX_IMMUTABLE for `i` and `a`, CAP_SYS_RESOURCE for `j`
 /// (data journaling); EPERM otherwise. The kernel leaves these checks to the FUSE server.
