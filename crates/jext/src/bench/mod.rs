@@ -383,6 +383,12 @@ pub fn sqlite_systems(root: bool) -> Vec<System> {
     };
     vec![
         fuse(DataMode::Ordered),
+        // SQLite's small writes are where the kernel's writeback cache pays most.
+        System::JextFuse {
+            mode: DataMode::Ordered,
+            writeback_cache: true,
+            uring: false,
+        },
         fuse(DataMode::Journal),
         System::JextMount {
             name: "jext data=journal,journal_commit=classic (FUSE)",
@@ -776,6 +782,7 @@ mod tests {
             let names: Vec<String> = opts.systems.iter().map(System::name).collect();
             for wanted in [
                 "jext data=ordered (FUSE)",
+                "jext data=ordered,writeback_cache (FUSE)",
                 "jext data=journal (FUSE)",
                 "jext data=journal,journal_commit=classic (FUSE)",
                 "jext per-file (FUSE)",
