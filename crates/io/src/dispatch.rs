@@ -15,12 +15,14 @@
 use crate::engine::Engine;
 use crate::epoch::{QueueStats, Scheduler};
 use crate::ticket::{IoTicket, TicketState};
-use crate::{Fence, WriteRequest};
+use crate::{Fence, FsyncClock, WriteRequest};
 use jext_device::DeviceError;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
 
 pub(crate) struct Dispatcher {
+    /// When the last fsync started: the scheduler keeps background writes short after.
+    pub(crate) fsyncs: Arc<FsyncClock>,
     core: Mutex<Core>,
     /// A command completed: flush waiters and drainers look again.
     changed: Condvar,
@@ -42,9 +44,11 @@ impl Dispatcher {
         volatile_cache: bool,
     ) -> Dispatcher {
         assert!(depth > 0, "a queue holds at least one command");
+        let fsyncs = Arc::new(FsyncClock::default());
         Dispatcher {
+            fsyncs: fsyncs.clone(),
             core: Mutex::new(Core {
-                scheduler: Scheduler::new(barrier_mode, volatile_cache),
+                scheduler: Scheduler::new(barrier_mode, volatile_cache, fsyncs),
                 pumping: false,
             }),
             changed: Condvar::new(),

@@ -29,7 +29,7 @@
 //! dispatcher drives it, and tests drive it directly.
 
 use crate::ticket::TicketState;
-use crate::{Fence, IoBuf, IoFlags};
+use crate::{Fence, FsyncClock, IoBuf, IoFlags};
 use jext_device::{Command, DeviceError, DeviceOp, WriteFlags};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -38,14 +38,23 @@ use std::time::Instant;
 /// Largest single device write that merging may build.
 pub(crate) const MAX_MERGED_BYTES: usize = 8 << 20;
 
-/// Largest device write merged from `BACKGROUND` writes: what a sync write may find ahead
-/// of it in the device is a few of these.
+/// Largest device write merged from `BACKGROUND` writes when the device is theirs alone.
 const BACKGROUND_MERGED_BYTES: usize = 1 << 20;
+
+/// Largest device write merged from `BACKGROUND` writes shortly after an fsync started:
+/// what its writes find ahead of them in the device, and about what its flush must make
+/// durable of them besides its own. Measured on data=journal's fsync tail beside a writer, where the
+/// checkpoint's home writes made the slow fsyncs
+/// (bench/results/2026-11-27-fsync-tail-quiet).
+const BACKGROUND_MERGED_BYTES_FSYNC: usize = 128 << 10;
 
 /// `BACKGROUND` commands in the device at once while other IO is about (a write that is
 /// not background, or a flush, issued within [`SYNC_ACTIVE`]); blk-wbt's "normal" limit on
 /// a fast device is of this order.
 const BACKGROUND_IN_FLIGHT_BUSY: usize = 2;
+
+/// `BACKGROUND` commands in the device at once shortly after an fsync started.
+const BACKGROUND_IN_FLIGHT_FSYNC: usize = 1;
 
 /// `BACKGROUND` commands in the device at once when it is theirs alone: enough to keep a
 /// device streaming; a sync write arriving then finds at most this many ahead of it once.
@@ -215,6 +224,8 @@ pub(crate) struct Scheduler {
     background_in_flight: usize,
     /// When the last write that is not `BACKGROUND`, or a flush, was issued.
     last_sync_io: Option<Instant>,
+    /// When the last fsync started ([`crate::IoQueue::note_fsync`]).
+    fsyncs: Arc<FsyncClock>,
     next_tag: u64,
     flushes_dispatched: u64,
     /// The flush after which every write completed so far is durable: the first one
@@ -238,7 +249,11 @@ struct StatsClock {
 }
 
 impl Scheduler {
-    pub(crate) fn new(barrier_mode: bool, volatile_cache: bool) -> Scheduler {
+    pub(crate) fn new(
+        barrier_mode: bool,
+        volatile_cache: bool,
+        fsyncs: Arc<FsyncClock>,
+    ) -> Scheduler {
         let now = Instant::now();
         Scheduler {
             barrier_mode,
@@ -254,6 +269,7 @@ impl Scheduler {
             in_flight: HashMap::new(),
             background_in_flight: 0,
             last_sync_io: None,
+            fsyncs,
             next_tag: 0,
             flushes_dispatched: 0,
             covering_flush: 0,
@@ -484,7 +500,9 @@ impl Scheduler {
     /// Up to `slots` runs of eligible pending writes, by offset: the keys of each run's
     /// writes, every one of them `BACKGROUND` or none.
     fn plan_runs(&self, slots: usize, background: bool) -> Vec<Vec<(u64, u64)>> {
-        let merge_limit = if background {
+        let merge_limit = if background && self.fsync_lately() {
+            BACKGROUND_MERGED_BYTES_FSYNC
+        } else if background {
             BACKGROUND_MERGED_BYTES
         } else {
             MAX_MERGED_BYTES
@@ -521,15 +539,27 @@ impl Scheduler {
         runs
     }
 
-    /// How many more `BACKGROUND` commands may go to the device now: a few while sync IO
-    /// is about (in the device, or issued lately), more when the device is theirs alone.
-    fn background_slots(&self) -> usize {
+    /// Whether an fsync started lately (see [`crate::IoQueue::note_fsync`]).
+    fn fsync_lately(&self) -> bool {
+        self.fsyncs.fsync_lately()
+    }
+
+    /// Whether sync IO is about: in the device, or issued lately.
+    fn sync_busy(&self) -> bool {
         let sync_in_device = self.in_flight.len() > self.background_in_flight;
-        let busy = sync_in_device
+        sync_in_device
             || self
                 .last_sync_io
-                .is_some_and(|at| at.elapsed() < SYNC_ACTIVE);
-        let limit = if busy {
+                .is_some_and(|at| at.elapsed() < SYNC_ACTIVE)
+    }
+
+    /// How many more `BACKGROUND` commands may go to the device now: one shortly after an
+    /// fsync started, a few while sync IO is about (in the device, or issued
+    /// lately), more when the device is theirs alone.
+    fn background_slots(&self) -> usize {
+        let limit = if self.fsync_lately() {
+            BACKGROUND_IN_FLIGHT_FSYNC
+        } else if self.sync_busy() {
             BACKGROUND_IN_FLIGHT_BUSY
         } else {
             BACKGROUND_IN_FLIGHT_IDLE

@@ -55,7 +55,9 @@ pub use ticket::IoTicket;
 use bitflags::bitflags;
 use dispatch::Dispatcher;
 use jext_device::{BlockDevice, Capabilities, DeviceError};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 pub use jext_device;
 
@@ -251,9 +253,47 @@ impl IoQueue {
         self.dispatcher.wait_for_flush(number)
     }
 
+    /// Notes that an fsync starts: for a while background writes go to the device one
+    /// short command at a time, so that the writes of this fsync and of those that follow
+    /// it closely find little ahead of them, and their flushes little of theirs to make
+    /// durable.
+    pub fn note_fsync(&self) {
+        self.dispatcher.fsyncs.note_start();
+    }
+
     /// What the queue saw since the last call (queue depth over time, commands, flushes).
     pub fn take_stats(&self) -> QueueStats {
         self.dispatcher.take_stats()
+    }
+}
+
+/// When the last fsync started ([`IoQueue::note_fsync`]).
+#[derive(Default)]
+pub(crate) struct FsyncClock {
+    /// Nanoseconds from `base` to the last fsync's start.
+    last_start_ns: AtomicU64,
+    base: OnceLock<Instant>,
+}
+
+/// How long after an fsync starts the queue keeps background writes short. A stream of
+/// fsyncs keeps them short throughout; a single long fsync (its own bulk writeback, a
+/// checkpoint it needs) would only be slowed down by them after this.
+const FSYNC_SHORT_WRITES_FOR: Duration = Duration::from_millis(5);
+
+impl FsyncClock {
+    fn note_start(&self) {
+        let now_ns = self.base.get_or_init(Instant::now).elapsed().as_nanos() as u64;
+        self.last_start_ns.fetch_max(now_ns, Ordering::Relaxed);
+    }
+
+    /// Whether an fsync started within [`FSYNC_SHORT_WRITES_FOR`].
+    pub(crate) fn fsync_lately(&self) -> bool {
+        let Some(base) = self.base.get() else {
+            return false;
+        };
+        let now_ns = base.elapsed().as_nanos() as u64;
+        let since_start = now_ns.saturating_sub(self.last_start_ns.load(Ordering::Relaxed));
+        since_start < FSYNC_SHORT_WRITES_FOR.as_nanos() as u64
     }
 }
 

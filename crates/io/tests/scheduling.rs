@@ -9,6 +9,7 @@ use jext_io::{EngineKind, Fence, IoConfig, IoFlags, IoQueue, IoTicket, WriteRequ
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const BLOCK: u64 = 4096;
 
@@ -446,6 +447,59 @@ fn background_writes_yield_to_a_sync_write_and_are_metered() {
         })
         .max();
     assert_eq!(longest, Some(1 << 20), "background commands stop at 1 MiB");
+}
+
+/// Shortly after an fsync starts, background writes go one command at a time of at most
+/// 128 KiB: what the fsync's writes find ahead of them, and about what its flush must make
+/// durable of them. A while later the usual metering is back.
+#[test]
+fn background_writes_shrink_after_an_fsync_starts() {
+    let background = |index: u64| WriteRequest::new(index * BLOCK, block(7), IoFlags::BACKGROUND);
+    // The window is a few milliseconds: a run that a busy machine stalled past it proves
+    // nothing either way, and is tried again.
+    for _ in 0..20 {
+        let dev = Scripted::new(false, 32);
+        let q = queue(&dev, 32);
+        let started = Instant::now();
+        q.note_fsync();
+        let contiguous = q.issue((0..512).map(background).collect());
+        let held_after_fsync = dev.held();
+        dev.complete_all();
+        contiguous.wait_transferred().unwrap();
+        if started.elapsed() >= Duration::from_millis(4) {
+            continue;
+        }
+        assert_eq!(held_after_fsync, 1, "one background command after an fsync");
+        assert_eq!(
+            longest_write(&dev.events()),
+            Some(128 << 10),
+            "of at most 128 KiB"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        let seen = dev.events().len();
+        let later = q.issue((1024..1536).map(background).collect());
+        let held_later = dev.held();
+        dev.complete_all();
+        later.wait_transferred().unwrap();
+        assert_eq!(held_later, 2, "later, 2 MiB go as two commands");
+        assert_eq!(longest_write(&dev.events()[seen..]), Some(1 << 20));
+        return;
+    }
+    panic!("20 tries, each stalled past the fsync's window");
+}
+
+/// The longest write command dispatched among `events`.
+fn longest_write(events: &[Event]) -> Option<u64> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Dispatched {
+                command: Seen::Write { len, .. },
+                ..
+            } => Some(*len),
+            _ => None,
+        })
+        .max()
 }
 
 #[test]

@@ -676,8 +676,10 @@ impl Journal {
     }
 
     /// Marks an fsync under way until the returned guard drops: a fast commit whose turn
-    /// it is waits a moment for those not yet handed in (group commit).
+    /// it is waits a moment for those not yet handed in (group commit). The IO queue
+    /// keeps background writes short for a while ([`jext_io::IoQueue::note_fsync`]).
     pub fn fsync_under_way(&self) -> crate::fast_commit::FsyncUnderWay<'_> {
+        self.shared.io.note_fsync();
         crate::fast_commit::FsyncUnderWay::new(&self.shared.fast_commits)
     }
 
