@@ -59,9 +59,7 @@ fn a_change_after_a_stat_moves_the_times() {
 /// of one file but not disjoint ones, and makes each write's checks (immutable target).
 #[test]
 fn copy_file_range_copies_up_to_the_source_end_with_a_writes_checks() {
-    let dev = std::sync::Arc::new(jext_device::SimDevice::new(64 << 20));
-    jext_fs::mkfs(dev.clone(), &jext_fs::MkfsOptions::default()).unwrap();
-    let fs = Fs::open(dev, MountOptions::default()).unwrap();
+    let fs = Fs::open(common::fresh_sim_fs(), MountOptions::default()).unwrap();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     let src = fs.create_file("/src", 0o644).unwrap();
     src.write_at(0, &data).unwrap();
@@ -118,9 +116,7 @@ fn copy_file_range_copies_up_to_the_source_end_with_a_writes_checks() {
 /// old byte is refused (fstests generic/079 lost such appends to EIO).
 #[test]
 fn a_cached_append_to_an_append_only_file_resends_what_it_holds() {
-    let dev = std::sync::Arc::new(jext_device::SimDevice::new(64 << 20));
-    jext_fs::mkfs(dev.clone(), &jext_fs::MkfsOptions::default()).unwrap();
-    let fs = Fs::open(dev, MountOptions::default()).unwrap();
+    let fs = Fs::open(common::fresh_sim_fs(), MountOptions::default()).unwrap();
     let f = fs.create_file("/log", 0o644).unwrap();
     f.write_at(0, b"original-content\n").unwrap();
     let append_only = jext_fs::SetAttr {

@@ -390,17 +390,18 @@ fn timed_creates(
     let tenth = (count / 10).max(1);
     let (mut rates, mut cpu, mut creator_cpu) = (Vec::new(), Vec::new(), Vec::new());
     let mut started = Instant::now();
-    let mut cpu_started = (cpu_us(libc::RUSAGE_SELF), cpu_us(libc::RUSAGE_THREAD));
+    let cpu_process_and_thread = || (cpu_us(libc::RUSAGE_SELF), cpu_us(libc::RUSAGE_THREAD));
+    let mut cpu_started = cpu_process_and_thread();
     for i in 0..count {
         make(i)?;
         if (i + 1) % tenth == 0 {
             rates.push(tenth as f64 / started.elapsed().as_secs_f64().max(1e-9));
-            let cpu_now = (cpu_us(libc::RUSAGE_SELF), cpu_us(libc::RUSAGE_THREAD));
+            let cpu_now = cpu_process_and_thread();
             cpu.push((cpu_now.0 - cpu_started.0) / tenth as f64);
             creator_cpu.push((cpu_now.1 - cpu_started.1) / tenth as f64);
             at_tenth();
             started = Instant::now();
-            cpu_started = (cpu_us(libc::RUSAGE_SELF), cpu_us(libc::RUSAGE_THREAD));
+            cpu_started = cpu_process_and_thread();
         }
     }
     Ok((rates, cpu, creator_cpu))
