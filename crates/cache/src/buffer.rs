@@ -14,11 +14,11 @@
 //! holds garbage). Whoever writes a cached block in place, outside the journal, must
 //! [`BufferCache::forget`] it.
 
+use crate::NumberMap;
 use jext_device::DeviceError;
 use jext_io::IoQueue;
 use jext_journal::{JBuf, Journal};
 use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
 use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -38,7 +38,7 @@ struct Entry {
 }
 
 struct Inner {
-    map: HashMap<u64, Entry>,
+    map: NumberMap<u64, Entry>,
     clock: u64,
     stats: BufferCacheStats,
     /// After an eviction that pinned buffers kept above capacity, the size the map must
@@ -65,7 +65,7 @@ impl BufferCache {
             capacity_blocks: (capacity_bytes / block_size).max(64),
             journal: RwLock::new(None),
             inner: Mutex::new(Inner {
-                map: HashMap::new(),
+                map: NumberMap::default(),
                 clock: 0,
                 stats: BufferCacheStats::default(),
                 retry_at_len: 0,

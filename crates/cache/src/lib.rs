@@ -10,6 +10,8 @@
 //!   what is old or too much, with the kernel's defaults (30 s expiry, 10 % of memory
 //!   before background writeback, 20 % before writers are throttled, each capped by the
 //!   page cache bound).
+//! - [`NumberMap`]: the hash table for inode and block numbers, which keeps runs of
+//!   numbers together in memory.
 //! - [`usable_memory_bytes`]: RAM or the cgroup's limit, from which those defaults and the
 //!   default cache bound are taken.
 //!
@@ -18,10 +20,12 @@
 
 mod buffer;
 mod memory;
+mod number_hash;
 mod page;
 mod writeback;
 
 pub use buffer::{BufferCache, BufferCacheStats};
 pub use memory::usable_memory_bytes;
+pub use number_hash::{NumberHasher, NumberMap};
 pub use page::{Page, PageCache, PageCacheStats, PageWriteback};
 pub use writeback::{DirtyLimits, WritebackPolicy, WritebackTarget, WritebackThread};

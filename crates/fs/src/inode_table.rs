@@ -23,9 +23,10 @@ use crate::error::{FsError, FsResult};
 use crate::format::inode::Inode;
 use crate::lock_order::{Leaf, Rank};
 use crate::state::{FsInner, InodeInfo};
+use jext_cache::NumberMap;
 use jext_journal::{tid_gt, Tid};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -44,7 +45,7 @@ pub(crate) struct InodeTable {
 }
 
 struct Slots {
-    inodes: HashMap<u32, InodeRef>,
+    inodes: NumberMap<u32, InodeRef>,
     /// Inode numbers in the order their slots came in, oldest first: where eviction looks.
     /// A number whose slot was dropped (or dropped and loaded again) may stay behind; the
     /// queue is compacted when such leftovers outnumber the slots (see `remember`).
@@ -78,7 +79,7 @@ impl InodeTable {
             slots: Leaf::new(
                 Rank::InodeTable,
                 Slots {
-                    inodes: HashMap::new(),
+                    inodes: NumberMap::default(),
                     order: VecDeque::new(),
                     evict_at: 0,
                     stalled_at: None,
@@ -278,7 +279,7 @@ mod tests {
 
     fn slots() -> Slots {
         Slots {
-            inodes: HashMap::new(),
+            inodes: NumberMap::default(),
             order: VecDeque::new(),
             evict_at: 0,
             stalled_at: None,

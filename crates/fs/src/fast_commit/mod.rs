@@ -39,6 +39,7 @@
 //! Must never: write a fast commit that names an inode, block or entry whose state it does
 //! not also carry, or hand out a ticket that does not reach the journal.
 
+mod new_names;
 pub(crate) mod replay;
 
 use crate::blockmap;
@@ -49,7 +50,8 @@ use crate::options::IJournal;
 use crate::state::{FsInner, InodeInfo};
 use jext_journal::format::fast_commit::{max_range_len, Dentry, FcRecord, OLD_INODE_SIZE};
 use jext_journal::{tid_gt, FastCommitOutcome, Tid};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use new_names::NewNames;
+use std::collections::{BTreeMap, HashMap};
 
 /// Why an fsync committed the running transaction instead of writing a fast commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -170,13 +172,10 @@ pub(crate) struct FcState {
     /// fast commit, oldest first, with their transactions: the next fast commit starts
     /// with them.
     pub unlinks: Vec<(Tid, Dentry)>,
-    /// Inodes created by transactions that may not be durable, as (tid, parent, inode),
-    /// oldest first: what a directory's fsync looks through for its new entries.
-    pub created: VecDeque<(Tid, u32, u32)>,
-    /// The name each inode in `created` was made with (kept here rather than with the
-    /// inode: a new file's fsync looks at the names of the directories above it, which it
-    /// does not hold).
-    pub new_names: HashMap<u32, NewName>,
+    /// The names inodes were created with, while not durable (kept here rather than with
+    /// the inodes: a new file's fsync looks at the names of the directories above it,
+    /// which it does not hold, and a directory's fsync for its new entries).
+    new_names: NewNames,
     /// The last transaction that put each inode on or off the orphan list or changed its
     /// link there (a removal changes the predecessor's, which nobody here holds).
     pub orphan_changes: HashMap<u32, Tid>,
@@ -187,44 +186,24 @@ pub(crate) struct FcState {
     pub carried: HashMap<u32, Tid>,
 }
 
-/// Durable creations forgotten per new one at most. Readers skip durable entries anyway,
-/// so forgetting may lag; forgetting all at once made the first create after each durable
-/// commit drop a commit interval's worth (about 280,000 in a 10^6-name directory built
-/// through the library), a burst that halved the rate of the tenth it fell in. More than
-/// one per create, so the backlog drains before the next commit adds to it.
-const FORGET_PER_CREATE: usize = 4;
-
 /// Removed names a fast commit carries at most; more commit in full until durable.
 const MAX_PENDING_UNLINKS: usize = 128;
 
 impl FcState {
     /// Remembers a creation (for directory fsyncs, and for the fsyncs of files below a
-    /// new directory), forgetting a few of those now durable.
+    /// new directory), forgetting those now durable.
     pub fn note_created(&mut self, name: NewName, ino: u32, durable: Tid) {
-        for _ in 0..FORGET_PER_CREATE {
-            let Some(&(t, _, old)) = self.created.front() else {
-                break;
-            };
-            if tid_gt(t, durable) {
-                break;
-            }
-            self.created.pop_front();
-            if self.new_names.get(&old).is_some_and(|n| n.tid == t) {
-                self.new_names.remove(&old);
-            }
-        }
-        self.created.push_back((name.tid, name.parent, ino));
-        self.new_names.insert(ino, name);
+        self.new_names.note(ino, name, durable);
     }
 
     /// The name `ino` was created with, while that creation is not durable.
-    pub fn new_name(&self, ino: u32, durable: Tid) -> Option<&NewName> {
-        self.new_names.get(&ino).filter(|n| tid_gt(n.tid, durable))
+    pub fn new_name(&self, ino: u32, durable: Tid) -> Option<NewName> {
+        self.new_names.get(ino, durable)
     }
 
     /// Forgets a deleted inode (its number may be reused, by a file elsewhere).
     pub fn forget_inode(&mut self, ino: u32) {
-        self.new_names.remove(&ino);
+        self.new_names.forget(ino);
         self.orphan_changes.remove(&ino);
         self.carried.remove(&ino);
     }
@@ -613,16 +592,7 @@ fn directory_records(
 /// no name left here). A new child that is not a regular file makes the directory's fsync
 /// commit in full.
 fn new_children(fs: &FsInner, dir: u32, durable: Tid) -> Result<Vec<(u32, NewName)>, Ineligible> {
-    let fc = fs.fc.lock();
-    let mut children: Vec<(u32, NewName)> = fc
-        .created
-        .iter()
-        .filter(|&&(tid, parent, _)| parent == dir && tid_gt(tid, durable))
-        .filter_map(|&(_, _, ino)| {
-            let name = fc.new_name(ino, durable)?;
-            (name.parent == dir).then(|| (ino, name.clone()))
-        })
-        .collect();
+    let mut children = fs.fc.lock().new_names.created_in(dir, durable);
     if children.iter().any(|(_, name)| !name.regular) {
         return Err(Ineligible::NotRegular);
     }
@@ -733,7 +703,7 @@ fn new_chain(fs: &FsInner, ino: u32, durable: Tid) -> Result<Vec<(u32, NewName)>
             return Err(Ineligible::DeepPath);
         }
         let parent = name.parent;
-        chain.push((at, name.clone()));
+        chain.push((at, name));
         at = parent;
     }
     Ok(chain)

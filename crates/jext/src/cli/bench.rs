@@ -30,6 +30,8 @@ pub struct Args {
     pub dir: PathBuf,
     pub only: Option<String>,
     pub frag_sizes: Option<String>,
+    pub dir_entries: Option<String>,
+    pub library_runs_json: bool,
     pub out: Option<PathBuf>,
 }
 
@@ -47,8 +49,8 @@ fn bench_command(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if args.experiment == "scale" {
         return scale_command(&args);
     }
-    if args.frag_sizes.is_some() {
-        return Err("--frag-sizes is an option of `jext bench scale` only".into());
+    if args.frag_sizes.is_some() || args.dir_entries.is_some() {
+        return Err("--frag-sizes and --dir-entries are options of `jext bench scale` only".into());
     }
     let experiments = Experiment::parse(&args.experiment)?;
     let mut opts = if args.quick {
@@ -182,6 +184,26 @@ fn scale_command(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 jext_fs::options::parse_size_in("--frag-sizes", size.trim(), 1 << 20..=1 << 50)
             })
             .collect::<Result<_, _>>()?;
+    }
+    if let Some(list) = &args.dir_entries {
+        opts.dir_entries = list
+            .split(',')
+            .map(|count| match count.trim().parse::<usize>() {
+                Ok(n) if n >= 10 => Ok(n),
+                _ => Err(format!(
+                    "--dir-entries: {count:?} is not a number of entries of at least 10"
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    match args.repetitions {
+        Some(0) => return Err("--repetitions must be at least 1".into()),
+        Some(n) => opts.repetitions = n,
+        None => {}
+    }
+    if args.library_runs_json {
+        print!("{}", bench::scale::library_runs_json(&opts)?);
+        return Ok(());
     }
     let root = bench::running_as_root();
     if !root {

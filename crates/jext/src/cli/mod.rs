@@ -238,6 +238,14 @@ enum Command {
         /// did not finish.
         #[arg(long)]
         frag_sizes: Option<String>,
+        /// For scale: the directory sizes (entries) instead of the default curve,
+        /// comma-separated (e.g. "1000000").
+        #[arg(long)]
+        dir_entries: Option<String>,
+        /// For scale: run the library directory rows once in this process and print
+        /// each as a JSON line (what the bench runs in each fresh process).
+        #[arg(long, hide = true)]
+        library_runs_json: bool,
         /// Also write report.md and results.json into this directory.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -312,6 +320,8 @@ pub fn run(cli: Cli) -> i32 {
             dir,
             only,
             frag_sizes,
+            dir_entries,
+            library_runs_json,
             out,
         } => bench::run(bench::Args {
             experiment,
@@ -320,6 +330,8 @@ pub fn run(cli: Cli) -> i32 {
             dir,
             only,
             frag_sizes,
+            dir_entries,
+            library_runs_json,
             out,
         }),
     }

@@ -5,7 +5,8 @@
 //! trees of growing size written by Linux (a loop mount of a mkfs.ext4 image); creating
 //! and listing one directory of growing size through the jext library against Linux
 //! ext4 (loop device), with the creation rate of the first and of the last tenth of the
-//! names (flat means the last tenth is as fast as the first), and the same through the
+//! names (flat means the last tenth is as fast as the first; `dir_library`: each run in a
+//! fresh process, the medians of a few), and the same through the
 //! jext mount beside Linux ext4 in the same run (the listing rate's ratio, and the READDIR
 //! requests a listing took); and a file fragmented every
 //! other block, from 1 GiB to 100 GiB, read back on jext and on Linux ext4 (`frag`). Every
@@ -17,10 +18,13 @@
 //! rows find it unused (see `frag`), which they reset. Without root the Linux rows are
 //! SKIPPED, said so.
 
+mod dir_library;
 mod frag;
 
+pub use dir_library::library_runs_json;
+
 use super::rig::{LoopDevice, Mount, Scratch};
-use jext::{FileDevice, Fs, MkfsOptions, MountOptions};
+use jext::{FileDevice, MkfsOptions};
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -39,6 +43,9 @@ pub struct ScaleOptions {
     pub frag_file_bytes: Vec<u64>,
     /// The row groups to run (see [`ROWS`]).
     pub rows: Vec<&'static str>,
+    /// Runs of each library directory row (each in a fresh process; the medians are
+    /// reported).
+    pub repetitions: usize,
 }
 
 /// The row groups, by name: empty-image fsck, Linux-written trees (fsck and Linux's own
@@ -61,6 +68,7 @@ impl ScaleOptions {
                 dir_entries: vec![10_000, 100_000],
                 frag_file_bytes: vec![32 << 20, 256 << 20],
                 rows: ROWS.to_vec(),
+                repetitions: 1,
             }
         } else {
             ScaleOptions {
@@ -71,6 +79,7 @@ impl ScaleOptions {
                 // 100 GiB needs a 220 GiB file system: on zram (see `frag`), a few GiB of RAM.
                 frag_file_bytes: vec![1 << 30, 10 << 30, 50 << 30, 100 << 30],
                 rows: ROWS.to_vec(),
+                repetitions: 3,
             }
         }
     }
@@ -123,7 +132,7 @@ fn run_rows(
         );
     }
     if opts.runs("dir-library") {
-        library_rows(opts, scratch, out)?;
+        dir_library::rows(opts, out)?;
     }
     if opts.runs("frag-read") && root {
         frag::rows(opts, scratch, out)?;
@@ -177,25 +186,6 @@ fn linux_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::R
         for (files, d) in &linux_dirs {
             let _ = writeln!(out, "| {files} | {} |", d.cells());
         }
-    }
-    Ok(())
-}
-
-fn library_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
-    let _ = writeln!(
-        out,
-        "\n### One directory of N entries through the jext library\n\nCPU: of this process (the creating thread and jext's journal threads) per create, first and last tenth; on a loaded machine it is flatter than the rates, which also count time spent waiting for a CPU.\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | CPU first / last tenth (us per create) | CPU last / first | creating thread's CPU each tenth (us per create) | journal blocks logged per create, each tenth | blocks checkpointed per create, each tenth | e2fsck -fn |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
-    for &entries in &opts.dir_entries {
-        let (rates, verdict) = jext_dir_row(scratch, entries)?;
-        let _ = writeln!(
-            out,
-            "| {entries} | {} | {} | {} | {verdict} |",
-            rates.cells(),
-            rates.cpu_cells(),
-            rates.journal_cells()
-        );
-        eprintln!("jext bench scale: directory, {entries} entries: done");
     }
     Ok(())
 }
@@ -321,6 +311,13 @@ struct DirRates {
 }
 
 impl DirRates {
+    /// The last tenth's rate over the first's (flat is 1).
+    fn last_over_first(&self) -> f64 {
+        let first = self.tenths_per_s.first().copied().unwrap_or(0.0);
+        let last = self.tenths_per_s.last().copied().unwrap_or(0.0);
+        last / first
+    }
+
     fn cells(&self) -> String {
         let first = self.tenths_per_s.first().copied().unwrap_or(0.0);
         let last = self.tenths_per_s.last().copied().unwrap_or(0.0);
@@ -331,7 +328,7 @@ impl DirRates {
             .collect();
         format!(
             "{first:.0} | {last:.0} | {:.2} | {} | {:.1}",
-            last / first,
+            self.last_over_first(),
             tenths.join(" "),
             self.list.as_secs_f64() * 1e3
         )
@@ -422,61 +419,6 @@ fn make_jext_image(img: &Path, bytes: u64) -> io::Result<()> {
 
 fn entry_name(i: usize) -> String {
     format!("f{i:07}")
-}
-
-fn jext_dir_row(scratch: &Scratch, entries: usize) -> io::Result<(DirRates, String)> {
-    let img = scratch.dir.join("dir.img");
-    make_jext_image(&img, dir_image_bytes(entries))?;
-    let fs = Fs::open_path(&img, MountOptions::default()).map_err(io::Error::other)?;
-    let dir = fs.mkdir_path("/d", 0o755).map_err(io::Error::other)?.ino;
-    let mut journal_per_create = Vec::new();
-    let mut journal_before = fs.journal_stats();
-    let per_tenth = (entries / 10).max(1) as f64;
-    let (tenths_per_s, cpu_us_per_create, creator_cpu_us_per_create) = timed_creates(
-        entries,
-        |i| {
-            fs.create(dir, entry_name(i).as_bytes(), 0o644, 0, 0)
-                .map(drop)
-                .map_err(io::Error::other)
-        },
-        || {
-            let now = fs.journal_stats();
-            journal_per_create.push((
-                (now.blocks_logged - journal_before.blocks_logged) as f64 / per_tenth,
-                (now.blocks_checkpointed - journal_before.blocks_checkpointed) as f64 / per_tenth,
-            ));
-            journal_before = now;
-        },
-    )?;
-    let list = best_listing(|| {
-        let mut cookie = 0;
-        let mut listed = 0;
-        loop {
-            let batch = fs.readdir(dir, cookie).map_err(io::Error::other)?;
-            let Some(last) = batch.last() else { break };
-            cookie = last.next_cookie;
-            listed += batch.len();
-        }
-        if listed != entries + 2 {
-            return Err(io::Error::other(format!(
-                "listed {listed} entries of {entries} (+2)"
-            )));
-        }
-        Ok(())
-    })?;
-    fs.unmount().map_err(io::Error::other)?;
-    let verdict = e2fsck_verdict(&img)?;
-    std::fs::remove_file(&img)?;
-    Ok((
-        DirRates {
-            tenths_per_s,
-            cpu_us_per_create,
-            creator_cpu_us_per_create,
-            journal_per_create,
-            list,
-        },
-        verdict,
-    ))
 }
 
 /// Writes `files` empty files into one directory through a Linux loop mount, then
