@@ -30,7 +30,7 @@ use std::time::Duration;
 pub(super) fn rows(opts: &ScaleOptions, out: &mut String) -> io::Result<()> {
     let _ = writeln!(
         out,
-        "\n### One directory of N entries through the jext library\n\nMedians of {} runs, each in a fresh process (every tenth's median; the listing: the best run); the last / first ratio of each run beside them. CPU: of the process (the creating thread and jext's journal threads) per create, first and last tenth; on a loaded machine it is flatter than the rates, which also count time spent waiting for a CPU.\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | last / first, each run | CPU first / last tenth (us per create) | CPU last / first | creating thread's CPU each tenth (us per create) | journal blocks logged per create, each tenth | blocks checkpointed per create, each tenth | e2fsck -fn |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "\n### One directory of N entries through the jext library\n\nMedians of {} runs, each in a fresh process (every tenth's median; the listing: the best run); the last / first ratio of each run beside them. CPU: of the process (the creating thread and jext's journal threads) per create, first and last tenth; on a loaded machine it is flatter than the rates, which also count time spent waiting for a CPU.\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | last / first, each run | CPU first / last tenth (us per create) | CPU last / first | creating thread's CPU each tenth (us per create) | journal blocks logged per create, each tenth | blocks checkpointed per create, each tenth | e2fsck -fn, Linux mount |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         opts.repetitions
     );
     for &entries in &opts.dir_entries {
@@ -42,9 +42,9 @@ pub(super) fn rows(opts: &ScaleOptions, out: &mut String) -> io::Result<()> {
             .map(|(rates, _)| format!("{:.2}", rates.last_over_first()))
             .collect();
         let verdicts: Vec<&str> = runs.iter().map(|(_, v)| v.as_str()).collect();
-        let verdict = match verdicts.iter().all(|v| *v == "clean") {
-            true => "clean".to_string(),
-            false => verdicts.join(", "),
+        let verdict = match verdicts.iter().all(|v| *v == verdicts[0]) {
+            true => verdicts[0].to_string(),
+            false => verdicts.join("; "),
         };
         let rates: Vec<DirRates> = runs.into_iter().map(|(rates, _)| rates).collect();
         let medians = medians_of(&rates);

@@ -16,9 +16,10 @@
 //! over an image file in the scratch directory, and a size whose image would not fit
 //! there is SKIPPED, said so.
 //!
-//! Promises: jext's file system is checked with `e2fsck -fn` after each step (punched,
-//! written, read, truncated); zram is reset when a system's run ends, on success, on an
-//! error, after Ctrl-C and on a panic; a run stops with an error naming the figure when
+//! Promises: jext's file system is checked with `e2fsck -fn` (and, as root, mounted
+//! read-only by Linux) after each step (punched, written, read, truncated); zram is reset
+//! when a system's run ends, on success, on an error, after Ctrl-C and on a panic; a run
+//! stops with an error naming the figure when
 //! zram's RAM use reaches [`ZRAM_ABORT_BYTES`], and zram itself refuses to store more
 //! than [`ZRAM_LIMIT_BYTES`]. Must never touch a zram device someone else sized. A run
 //! killed outright (SIGKILL) leaves `/dev/zram0` sized: the next run says so and uses loop
@@ -827,7 +828,7 @@ pub(super) fn rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> 
         "| file | file system | jext seq (MiB/s) | ext4 seq (MiB/s) | jext / ext4 | jext random (reads/s) | ext4 random (reads/s) | jext / ext4 |\n|---|---|---|---|---|---|---|---|\n",
     );
     let mut making = String::from(
-        "| file | extents (jext / ext4) | tree depth after write (jext / ext4) | punch every other block of a (jext / ext4, punches/s) | write b (jext / ext4, MiB/s) | truncate b to 0 (jext / ext4, s) | depth after truncate (jext / ext4) | e2fsck -fn of jext's after punch, write, read, truncate | zram RAM peak (jext / ext4) |\n|---|---|---|---|---|---|---|---|---|\n",
+        "| file | extents (jext / ext4) | tree depth after write (jext / ext4) | punch every other block of a (jext / ext4, punches/s) | write b (jext / ext4, MiB/s) | truncate b to 0 (jext / ext4, s) | depth after truncate (jext / ext4) | e2fsck -fn (and, as root, a Linux read-only mount) of jext's after punch, write, read, truncate | zram RAM peak (jext / ext4) |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut stopped = None;
     let mut interrupted = None;
@@ -894,7 +895,7 @@ pub(super) fn rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> 
             theirs.truncate_s,
             ours.depth_truncated,
             theirs.depth_truncated,
-            verdicts.join(", "),
+            verdicts.join("; "),
             peak(&ours),
             peak(&theirs),
         );

@@ -193,7 +193,7 @@ fn linux_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::R
 fn mount_rows(opts: &ScaleOptions, scratch: &Scratch, out: &mut String) -> io::Result<()> {
     let _ = writeln!(
         out,
-        "\n### One directory of N entries through the jext mount (FUSE), and through Linux ext4\n\nList: `readdir` of the whole directory, best of {LISTINGS}, right after the creates (both warm); Linux ext4 on a loop device in the same run, the same names. READDIR requests: what the kernel sent jext for one listing.\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | e2fsck -fn | Linux ext4 list (ms) | list rate, jext / Linux | READDIR requests per listing |\n|---|---|---|---|---|---|---|---|---|---|"
+        "\n### One directory of N entries through the jext mount (FUSE), and through Linux ext4\n\nList: `readdir` of the whole directory, best of {LISTINGS}, right after the creates (both warm); Linux ext4 on a loop device in the same run, the same names. READDIR requests: what the kernel sent jext for one listing.\n\n| entries | create first 10% (/s) | create last 10% (/s) | last / first | each tenth (k/s) | list (ms) | e2fsck -fn, Linux mount | Linux ext4 list (ms) | list rate, jext / Linux | READDIR requests per listing |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for &entries in &opts.dir_entries {
         let (rates, verdict, readdirs) = jext_mount_dir_row(scratch, entries)?;
@@ -281,18 +281,48 @@ fn dir_image_bytes(entries: usize) -> u64 {
     ((entries as u64 * 32_768).max(1 << 30)).next_power_of_two()
 }
 
-/// `clean` or `exit N` from `e2fsck -fn`.
+/// `clean` or `exit N` from `e2fsck -fn`; as root, then whether Linux mounts the image
+/// read-only (`clean, Linux mounts`).
 fn e2fsck_verdict(img: &Path) -> io::Result<String> {
     let (code, output) = e2fsck(img)?;
-    if code == 0 {
-        return Ok("clean".into());
-    }
-    // The image is removed with the run: what e2fsck said goes to the log.
-    eprintln!(
-        "jext bench scale: e2fsck -fn {} exited {code}:\n{output}",
-        img.display()
-    );
-    Ok(format!("exit {code}"))
+    let fsck = match code {
+        0 => "clean".to_string(),
+        _ => {
+            // The image is removed with the run: what e2fsck said goes to the log.
+            eprintln!(
+                "jext bench scale: e2fsck -fn {} exited {code}:\n{output}",
+                img.display()
+            );
+            format!("exit {code}")
+        }
+    };
+    Ok(match super::running_as_root() {
+        true => format!("{fsck}, {}", linux_mount_verdict(img)),
+        false => fsck,
+    })
+}
+
+/// Whether the Linux kernel mounts `img` (an image file or a block device) read-only.
+fn linux_mount_verdict(img: &Path) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let point = img.with_extension("linux-mount");
+    let block = std::fs::metadata(img).is_ok_and(|m| m.file_type().is_block_device());
+    let options = if block { "ro" } else { "loop,ro" };
+    let verdict = match Mount::kernel("ext4", &img.to_string_lossy(), &point, options) {
+        Ok(mount) => {
+            drop(mount);
+            "Linux mounts"
+        }
+        Err(e) => {
+            eprintln!(
+                "jext bench scale: Linux does not mount {}: {e}",
+                img.display()
+            );
+            "Linux refuses it"
+        }
+    };
+    let _ = std::fs::remove_dir(&point);
+    verdict
 }
 
 /// Creation rates at the start and the end, and the time to list.
