@@ -118,11 +118,12 @@ impl NewNames {
     }
 
     fn forget_durable(&mut self, durable: Tid) {
-        while let Some(mut log) = self.logs.pop_front() {
-            if tid_gt(log.tid, durable) {
-                self.logs.push_front(log);
-                return;
-            }
+        while self
+            .logs
+            .front()
+            .is_some_and(|log| !tid_gt(log.tid, durable))
+        {
+            let mut log = self.logs.pop_front().expect("just looked");
             log.order.clear();
             log.records.clear();
             log.name_bytes.clear();
