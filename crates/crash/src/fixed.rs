@@ -19,8 +19,11 @@
 //!   journal turns journaled: born so from the second transaction, switched at the
 //!   first truncate, or switched, data and all, after the first zeroed header.
 //! - BarrierFS's ordering-only syncs: `rename-root-to-sub-barrier` and
-//!   `create-delete-barrier` (the table 2 tests with every fsync an fbarrier), and
-//!   `barrier-chain` (N files, each written then fdatabarrier'd or fbarrier'd in turn, so
+//!   `create-delete-barrier` (the table 2 tests with every fsync an fbarrier),
+//!   `sqlite-rollback-barrier` and `sqlite-wal-barrier` (SQLite's sync pattern with every
+//!   sync an ordering-only one, BarrierFS Fig. 15's "ordering" case),
+//!   `barrier-bypass` (an in-place overwrite written back, and an fsync that would go as a
+//!   fast commit, each after a barrier of another file), and `barrier-chain` (N files, each written then fdatabarrier'd or fbarrier'd in turn, so
 //!   every later file's writes must not survive without the earlier files).
 //! - Each file its own journal mode (JoJ, `chattr +j`): `joj-overwrite` (the paper's
 //!   T1/T2 case: one block written journaled, then in place after `chattr -j`, then
@@ -54,6 +57,9 @@ pub const FIXED: &[(&str, usize)] = &[
     ("rename-root-to-sub-barrier", 1),
     ("create-delete-barrier", 10),
     ("barrier-chain", 6),
+    ("barrier-bypass", 2),
+    ("sqlite-rollback-barrier", 4),
+    ("sqlite-wal-barrier", 8),
     ("joj-overwrite", 3),
     ("joj-reuse", 3),
     ("joj-switch", 4),
@@ -78,6 +84,9 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "rename-root-to-sub-barrier" => barriers_for_syncs(rename_root_to_sub()),
         "create-delete-barrier" => barriers_for_syncs(create_delete(size)),
         "barrier-chain" => barrier_chain(size),
+        "barrier-bypass" => barrier_bypass(size),
+        "sqlite-rollback-barrier" => barriers_for_syncs(sqlite_rollback(size, JournalEnd::Delete)),
+        "sqlite-wal-barrier" => barriers_for_syncs(sqlite_wal(size)),
         "joj-overwrite" => joj_overwrite(size),
         "joj-reuse" => joj_reuse(size),
         "joj-switch" => joj_switch(size),
@@ -136,6 +145,37 @@ fn barrier_chain(files: usize) -> Vec<Op> {
         }
     }
     ops.push(Op::Fsync(name(files.saturating_sub(1))));
+    ops
+}
+
+/// What could overtake a barrier outside the journal, `rounds` times, after each of a
+/// barrier of a new file: an append to a durable file `/f` and its fsync (which must not
+/// go as a fast commit, replayed without the barrier's transaction), and an overwrite in
+/// place of a durable ordered file `/o`, written back (whose writes must wait for the
+/// barrier's transaction to be durable).
+fn barrier_bypass(rounds: usize) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for durable in ["/o", "/f"] {
+        ops.extend([Op::Creat(durable.into()), write(durable, 0, 8192)]);
+        ops.push(Op::Fsync(durable.into()));
+    }
+    for i in 0..rounds {
+        let (b, c) = (format!("/b{i}"), format!("/c{i}"));
+        ops.extend([
+            Op::Creat(b.clone()),
+            write(&b, 0, 3000),
+            Op::Fdatabarrier(b),
+        ]);
+        ops.extend([
+            write("/f", 8192 + 4096 * i as u64, 2000),
+            Op::Fsync("/f".into()),
+        ]);
+        ops.extend([Op::Creat(c.clone()), write(&c, 0, 3000), Op::Fbarrier(c)]);
+        ops.extend([
+            write("/o", 4096 * (i as u64 % 2), 4096),
+            Op::WriteBack("/o".into()),
+        ]);
+    }
     ops
 }
 

@@ -134,9 +134,30 @@ fn state_seen(t: &Timeline, recovered: &[Node]) -> usize {
     recovered
         .iter()
         .enumerate()
-        .filter_map(|(i, node)| t.first_state_like(i, &node.identity()))
+        .filter_map(|(i, node)| first_state_showing(t, i, node))
         .max()
         .unwrap_or(0)
+}
+
+/// The first state at which path `i` looked like `node`: for a file, by its content too,
+/// so that data overwritten in place after a barrier counts as a later write the crash
+/// kept; by its identity alone when no state had that content (a torn or mixed block,
+/// which the checks report by themselves).
+fn first_state_showing(t: &Timeline, i: usize, node: &Node) -> Option<usize> {
+    if let Node::File { ino, data, .. } = node {
+        let same_content = t.history[i].iter().find(|(_, then)| match &**then {
+            Node::File {
+                ino: was,
+                data: had,
+                ..
+            } => was == ino && had == data,
+            _ => false,
+        });
+        if let Some((state, _)) = same_content {
+            return Some(*state);
+        }
+    }
+    t.first_state_like(i, &node.identity())
 }
 
 /// One path's history as seen from one crash point.

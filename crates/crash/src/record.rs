@@ -479,6 +479,7 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
         Op::Fdatasync(p) => fs.fsync(fs.resolve(p)?, true),
         Op::Fbarrier(p) => fs.fbarrier(fs.resolve(p)?, false),
         Op::Fdatabarrier(p) => fs.fbarrier(fs.resolve(p)?, true),
+        Op::WriteBack(p) => fs.write_back(fs.resolve(p)?),
         Op::Sync => fs.sync(),
         Op::RemountCycle => fs.remount(true).and_then(|()| fs.remount(false)),
     }

@@ -95,6 +95,9 @@ pub enum Op {
     /// ordered before every later write, not durable.
     Fbarrier(String),
     Fdatabarrier(String),
+    /// `sync_file_range` with write and wait: the file's dirty data written back (in
+    /// place where it overwrites), no commit, nothing promised.
+    WriteBack(String),
     Sync,
     /// `mount -o remount,ro` then `remount,rw`: everything written back, committed and
     /// checkpointed, the image left clean, then writable again (a checkpoint a workload
@@ -127,6 +130,7 @@ impl Op {
             | Op::Fdatasync(p)
             | Op::Fbarrier(p)
             | Op::Fdatabarrier(p)
+            | Op::WriteBack(p)
             | Op::Write { path: p, .. }
             | Op::WriteZeros { path: p, .. }
             | Op::Append { path: p, .. }
@@ -186,6 +190,7 @@ impl fmt::Display for Op {
             Op::Fdatasync(p) => write!(f, "fdatasync {p}"),
             Op::Fbarrier(p) => write!(f, "fbarrier {p}"),
             Op::Fdatabarrier(p) => write!(f, "fdatabarrier {p}"),
+            Op::WriteBack(p) => write!(f, "sync_file_range {p}"),
             Op::Sync => write!(f, "sync"),
             Op::RemountCycle => write!(f, "remount ro, rw"),
         }

@@ -303,7 +303,7 @@ fn may_switch_on(op: &Op, ino: u32) -> bool {
     let info = op.inode(ino);
     fs.options.adaptive_journal
         && info.is_reg()
-        && !fs.journals_data(&info.raw)
+        && !fs.journals_data(info)
         && info.raw.flags() & flags::DAX == 0
         && !info.adaptive.settled
         && !fs.adaptive.lock().user_chosen.contains(&ino)
@@ -352,7 +352,9 @@ pub(crate) fn switch_off_grown(op: &mut Op, ino: u32) -> FsResult<()> {
     let fs = op.fs;
     let info = op.inode(ino);
     let user_chose = fs.adaptive.lock().user_chosen.contains(&ino);
-    if user_chose || !fs.journals_data(&info.raw) || !info.adaptive.grew_out(info.size) {
+    // A file journaling for barriers goes on journaling whatever its flag says.
+    let barriers = info.journals_for_barriers;
+    if user_chose || barriers || !fs.journals_data(info) || !info.adaptive.grew_out(info.size) {
         return Ok(());
     }
     set_journaled(op, ino, false)?;
@@ -390,7 +392,7 @@ fn set_journaled(op: &mut Op, ino: u32, on: bool) -> FsResult<()> {
         tx.write_inode(ino)
     })();
     tx.end(r)?;
-    debug_assert_eq!(op.fs.journals_data(&op.inode(ino).raw), on);
+    debug_assert_eq!(op.fs.journals_data(op.inode(ino)), on);
     Ok(())
 }
 

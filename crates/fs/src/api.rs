@@ -416,7 +416,7 @@ impl Fs {
     /// Whether `ino`'s data goes through the journal (the mount's `data=journal`, or the
     /// file's `j` flag); false for anything but a regular file.
     pub fn journals_data(&self, ino: Ino) -> FsResult<bool> {
-        self.on_inode(ino, |op| Ok(op.fs.journals_data(&op.inode(ino).raw)))
+        self.on_inode(ino, |op| Ok(op.fs.journals_data(op.inode(ino))))
     }
 
     /// Changes attributes; returns the new `stat`. A flag change runs alone: switching a
@@ -586,24 +586,9 @@ impl Fs {
 
     /// `fsync` (`datasync`: `fdatasync`): returns once the file is durable.
     pub fn fsync(&self, ino: Ino, datasync: bool) -> FsResult<()> {
-        self.sync_file(ino, datasync, Promise::Durable)
-    }
-
-    /// `fbarrier` (`datasync`: `fdatabarrier`), BarrierFS's ordering-only sync: returns
-    /// once the file's data (and, for `fbarrier`, its metadata) is ordered before
-    /// anything written after the call — its transaction dispatched, not yet durable. A
-    /// crash may lose it, but never keeps a later write while losing it. Data overwritten
-    /// in place with no transaction after it is ordered by a flush: the IO layer claims
-    /// no order a device without a barrier write cannot keep. With nothing of the file to
-    /// order, the running transaction still commits: every barrier ends an epoch.
-    pub fn fbarrier(&self, ino: Ino, datasync: bool) -> FsResult<()> {
-        self.sync_file(ino, datasync, Promise::Ordered)
-    }
-
-    fn sync_file(&self, ino: Ino, datasync: bool, promise: Promise) -> FsResult<()> {
         let fs = self.inner();
         drop(self.op(false)?);
-        let _under_way = matches!(promise, Promise::Durable).then(|| fs.journal.fsync_under_way());
+        let _under_way = fs.journal.fsync_under_way();
         if !fs.is_read_only() {
             // The bulk of the data a batch at a time; what is left (pages dirtied since,
             // the times, the last batch) is planned with the sync.
@@ -614,45 +599,87 @@ impl Fs {
             op.lock(ino, Reach::First)?;
             let (tid, flush) = file::prepare_sync(&mut op, ino, datasync)?;
             adaptive_journal::at_sync(&mut op, ino);
-            let tid = match (tid, promise) {
-                (Some(t), Promise::Durable) if fast_commit::already_durable(&op, ino, t) => None,
-                _ => tid,
-            };
-            let fast_commit = match (tid, promise) {
-                (Some(tid), Promise::Durable) => Some(fast_commit::plan(&mut op, ino, tid)),
-                _ => None,
-            };
+            let tid = tid.filter(|&t| !fast_commit::already_durable(&op, ino, t));
+            let fast_commit = tid.map(|tid| fast_commit::plan(&mut op, ino, tid));
             (tid, flush, fast_commit)
         };
         let fast_commit = fast_commit.transpose()?;
         // Every data write of the file completed above: this flush makes them durable.
         let data_flush = fs.io.covering_flush();
-        match (tid, promise) {
-            (Some(tid), Promise::Durable) => {
-                let plan = fast_commit.expect("planned for every durable sync with a tid");
-                let file = plan.as_ref().ok().and_then(|p| p.file);
-                if fast_commit::write(fs, plan, data_flush)? {
-                    if let Some(file) = file {
-                        let mut op = self.op(false)?;
-                        op.lock(file.0, Reach::First)?;
-                        fast_commit::note_durable(&mut op, tid, file);
-                    }
-                    // The fast commit's preflush made the overwritten data durable too.
-                    return Ok(());
+        if let (Some(tid), Some(plan)) = (tid, fast_commit) {
+            let file = plan.as_ref().ok().and_then(|p| p.file);
+            if fast_commit::write(fs, plan, data_flush)? {
+                if let Some(file) = file {
+                    let mut op = self.op(false)?;
+                    op.lock(file.0, Reach::First)?;
+                    fast_commit::note_durable(&mut op, tid, file);
                 }
-                fs.journal.commit_and_wait(tid)?;
+                // The fast commit's preflush made the overwritten data durable too.
+                return Ok(());
             }
-            (None, Promise::Durable) => {}
-            // A barrier delimits an epoch even when this file has nothing to order: the
-            // running transaction (other files' changes) commits, as BarrierFS's does.
-            (tid, Promise::Ordered) => {
-                let tid = tid.unwrap_or_else(|| fs.journal.latest_tid());
-                fs.journal.commit_and_wait_dispatched(tid)?;
-            }
+            fs.journal.commit_and_wait(tid)?;
         }
         if flush && fs.options.barrier {
             fs.io.flush()?;
         }
+        Ok(())
+    }
+
+    /// `sync_file_range(SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)` over the
+    /// whole file: writes its dirty data back and waits for the writes, with no commit.
+    /// Promises nothing: the data is not durable, and new blocks stay unwritten on disk
+    /// until their transaction commits.
+    pub fn write_back(&self, ino: Ino) -> FsResult<()> {
+        let fs = self.inner();
+        drop(self.op(false)?);
+        if fs.is_read_only() {
+            return Ok(());
+        }
+        file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)
+    }
+
+    /// `fbarrier` (`datasync`: `fdatabarrier`), BarrierFS's ordering-only sync: returns
+    /// once what fsync (fdatasync) would make durable is ordered before anything written
+    /// after the call, none of it durable yet. A crash may lose it, but never keeps a
+    /// later write while losing it. The order is the journal's (`crate::epochs`): the
+    /// file's data and metadata wait in the running transaction, and nothing written in
+    /// place after the call may overtake it. With nothing of the file to order, the
+    /// barrier still ends an epoch. Without a journal nothing orders writes but a flush,
+    /// and a barrier is an fsync.
+    pub fn fbarrier(&self, ino: Ino, datasync: bool) -> FsResult<()> {
+        let fs = self.inner();
+        if !fs.journal.has_log() {
+            return self.fsync(ino, datasync);
+        }
+        if fs.is_read_only() {
+            drop(self.op(false)?);
+            return Ok(());
+        }
+        let switches = self.on_inode(ino, |op| {
+            let info = op.inode(ino);
+            Ok(info.is_reg() && !op.fs.journals_data(info))
+        })?;
+        if switches {
+            let mut op = self.op(true)?;
+            op.lock(ino, Reach::First)?;
+            crate::journal_mode::journal_for_barriers(&mut op, ino)?;
+        }
+        file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)?;
+        let mut op = self.op(false)?;
+        op.lock(ino, Reach::First)?;
+        let (_, flush) = file::prepare_sync(&mut op, ino, datasync)?;
+        adaptive_journal::at_sync(&mut op, ino);
+        if flush && fs.options.barrier {
+            // Written in place before the file journaled its data (a directory's never
+            // is): only a flush orders that before what follows.
+            fs.io.flush()?;
+        }
+        // Everything so far is in this transaction or an earlier one.
+        let barrier = fs.journal.latest_tid();
+        fs.fc
+            .lock()
+            .fence(barrier, fast_commit::Ineligible::Barrier);
+        fs.epochs.end_epoch(barrier);
         Ok(())
     }
 
@@ -909,15 +936,6 @@ fn set_attributes(op: &mut Op, ino: Ino, attr: &SetAttr) -> FsResult<Stat> {
     stat(op.fs, ino, op.inode(ino))
 }
 
-/// What a sync of one file waits for.
-#[derive(Clone, Copy)]
-enum Promise {
-    /// Durable (fsync): the transaction's commit block is on stable media.
-    Durable,
-    /// Ordered (fbarrier): the transaction is dispatched behind everything before it.
-    Ordered,
-}
-
 fn touch_ctime(tx: &mut Tx, ino: u32) -> FsResult<()> {
     let info = tx.inode(ino)?;
     info.raw
@@ -1021,6 +1039,11 @@ impl File {
 
     pub fn fdatasync(&self) -> FsResult<()> {
         self.fs.fsync(self.ino, true)
+    }
+
+    /// See [`Fs::write_back`].
+    pub fn write_back(&self) -> FsResult<()> {
+        self.fs.write_back(self.ino)
     }
 
     /// See [`Fs::fbarrier`].

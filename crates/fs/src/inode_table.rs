@@ -194,7 +194,7 @@ enum Keep {
     No,
     /// Changed in a transaction not yet durable.
     Pending,
-    /// Held, locked, open, dirty, or with dirty pages.
+    /// Held, locked, open, dirty, with dirty pages, or journaling for barriers.
     Held,
 }
 
@@ -225,7 +225,12 @@ fn make_room(slots: &mut Slots, durable: Tid, mut has_dirty_pages: impl FnMut(u3
             if info.fc.is_live(durable) || pending(info.sync_tid) || pending(info.datasync_tid) {
                 return Keep::Pending;
             }
-            info.open_count > 0 || info.dirty || !info.reserved_pages.is_empty()
+            // A file journaling for barriers keeps that only in memory, and the log may
+            // hold copies of its blocks that a reloaded, ordered inode would not read.
+            info.open_count > 0
+                || info.dirty
+                || !info.reserved_pages.is_empty()
+                || info.journals_for_barriers
         };
         match busy || has_dirty_pages(ino) {
             true => Keep::Held,

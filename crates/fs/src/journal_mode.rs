@@ -24,6 +24,11 @@
 //!   older journaled copy (the paper's T1/T2 reordering). The file's blocks then leave the
 //!   buffer cache, where journaled data lives, because ordered data lives in pages.
 //!
+//! - **for barriers**: an ordered file that gets an fbarrier or fdatabarrier journals its
+//!   data from then on, in memory only (`InodeInfo::journals_for_barriers`,
+//!   [`journal_for_barriers`]), so its barriers are ordered by the journal
+//!   (`crate::epochs`); whatever its flags say, it stays journaled while in memory.
+//!
 //! Blocks freed from a data-journaled file are revoked (`Tx::forget_block`, on every block
 //! the allocator frees: the journal records a revoke whenever a copy of the block is in
 //! the log), and a freed block is reused only once the freeing transaction committed, so
@@ -37,7 +42,7 @@ use crate::error::FsResult;
 use crate::format::inode::{flags, Inode};
 use crate::op::Op;
 use crate::options::{DataMode, MountOptions};
-use crate::state::FsInner;
+use crate::state::{FsInner, InodeInfo};
 
 /// What carries a file's data ([`crate::File::set_journal_mode`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,9 +62,16 @@ pub(crate) fn journals_data(options: &MountOptions, raw: &Inode) -> bool {
 }
 
 impl FsInner {
-    /// See [`journals_data`]; never without a journal, whose `j` flags are kept but
-    /// ignored (ext4's `ext4_should_journal_data`).
-    pub(crate) fn journals_data(&self, raw: &Inode) -> bool {
+    /// Whether the file `info` describes journals its data: by its flags and the mount
+    /// ([`journals_data`]), or since a barrier ([`journal_for_barriers`]); never without a
+    /// journal, whose `j` flags are kept but ignored (ext4's `ext4_should_journal_data`).
+    pub(crate) fn journals_data(&self, info: &InodeInfo) -> bool {
+        self.journal.has_log()
+            && (info.journals_for_barriers || journals_data(&self.options, &info.raw))
+    }
+
+    /// [`journals_data`] by the flags of `raw` alone, with a journal.
+    fn flags_journal_data(&self, raw: &Inode) -> bool {
         self.journal.has_log() && journals_data(&self.options, raw)
     }
 }
@@ -73,27 +85,74 @@ pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsR
     let raw = op.inode(ino).raw.clone();
     let mut after = raw.clone();
     after.set_flags(new_flags);
-    let (before_on, after_on) = (fs.journals_data(&raw), fs.journals_data(&after));
+    // A file journaling for barriers journals whatever its flags say.
+    let barriers = op.inode(ino).journals_for_barriers;
+    let before_on = barriers || fs.flags_journal_data(&raw);
+    let after_on = barriers || fs.flags_journal_data(&after);
     if before_on == after_on || fs.is_read_only() {
         return Ok(());
     }
+    if after_on {
+        return switch_on(op, ino);
+    }
+    start_switch(op, ino);
+    crate::file::writeback(op, ino, false)?;
+    fs.journal.checkpoint()?;
+    forget_cached_blocks(fs, ino, &raw)
+}
+
+/// From `ino`'s first barrier on (`crate::epochs`), an ordered regular file journals its
+/// data, as if it had the `j` flag, until its inode leaves memory (it stays cached while
+/// this holds, so never while the log may hold a copy of one of its blocks). Nothing on
+/// disk changes: Linux and a later mount see an ordered file, and a clean unmount leaves
+/// no copy in the log. `op` holds the file system alone, so no writeback of the file is
+/// in flight.
+///
+/// Lighter than [`switch_on`], since the barrier's order, not the user's flag, asks for it:
+/// the dirty pages are not written back first but journaled whole (written in ordered
+/// mode they kept no clean bytes, so no byte record can be taken against their home), and
+/// the flush is needed only if data was written in place since the last one: a page
+/// dirtied from now on keeps its clean bytes as the base of byte records, which its home
+/// must hold durably.
+pub(crate) fn journal_for_barriers(op: &mut Op, ino: u32) -> FsResult<()> {
+    let fs = op.fs;
+    let info = op.inode(ino);
+    if !info.is_reg() || fs.journals_data(info) || !fs.journal.has_log() || fs.is_read_only() {
+        return Ok(());
+    }
+    start_switch(op, ino);
+    if op.inode(ino).unflushed_data && fs.options.barrier {
+        fs.io.flush()?;
+    }
+    let raw = op.inode(ino).raw.clone();
+    forget_cached_blocks(fs, ino, &raw)?;
+    let info = op.inode_mut(ino);
+    info.unflushed_data = false;
+    info.journals_for_barriers = true;
+    Ok(())
+}
+
+/// The safe point before `ino` starts journaling its data (module comment), reached with
+/// every other operation held off; the caller then makes the file journal.
+fn switch_on(op: &mut Op, ino: u32) -> FsResult<()> {
+    let fs = op.fs;
+    start_switch(op, ino);
+    // Every dirty page goes out in the mode it was written in.
+    crate::file::writeback(op, ino, false)?;
+    fs.io.flush()?;
+    let raw = op.inode(ino).raw.clone();
+    forget_cached_blocks(fs, ino, &raw)
+}
+
+/// Every switch runs with every other operation held off (as ext4 locks out every
+/// handle), and reads that went to the device with the inode released must not keep
+/// what they read.
+fn start_switch(op: &mut Op, ino: u32) {
     assert!(
         op.is_exclusive(),
         "a journal-mode switch runs with every other operation held off"
     );
-    // Reads that went to the device with the inode released must not keep what they read.
     op.note_data_change(ino);
-    // Every dirty page goes out in the mode it was written in.
-    crate::file::writeback(op, ino, false)?;
-    if after_on {
-        fs.io.flush()?;
-        forget_cached_blocks(fs, ino, &raw)?;
-    }
-    if before_on {
-        fs.journal.checkpoint()?;
-        forget_cached_blocks(fs, ino, &raw)?;
-    }
-    Ok(())
 }
 
 /// Drops the file's blocks from the buffer cache: switching off, once checkpointed, the

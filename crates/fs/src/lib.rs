@@ -17,6 +17,7 @@ mod api;
 mod blockmap;
 pub mod debug;
 mod dir;
+mod epochs;
 pub mod error;
 pub mod extent_tree;
 pub mod fast_commit;

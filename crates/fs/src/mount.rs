@@ -353,6 +353,7 @@ pub(crate) fn mount(
         adaptive: Leaf::new(Rank::AdaptiveJournal, Default::default()),
         writeback_owners: Default::default(),
         extent_nodes: Default::default(),
+        epochs: Default::default(),
     });
     *inner.alloc.totals.lock() = Totals::load(&inner)?;
     // Before the fast-commit replay: an inode it deletes (or rewrites) may be on the

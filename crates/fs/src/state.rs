@@ -75,6 +75,9 @@ pub(crate) struct FsInner {
     pub writeback_owners: crate::file::WritebackOwners,
     /// Extent-tree nodes already decoded and checked.
     pub extent_nodes: crate::node_memo::NodeMemo,
+    /// The newest barrier's transaction, which in-place writes and fast commits must not
+    /// overtake.
+    pub epochs: crate::epochs::Epochs,
 }
 
 impl FsInner {
@@ -128,6 +131,10 @@ pub(crate) struct InodeInfo {
     pub times_queried: AtomicBool,
     /// What it did since it was last empty, for `data=adaptive`.
     pub adaptive: crate::adaptive_journal::FileHistory,
+    /// An ordered file that journals its data since a barrier
+    /// (`journal_mode::journal_for_barriers`); in memory only, and the inode stays cached
+    /// while it is set.
+    pub journals_for_barriers: bool,
 }
 
 impl InodeInfo {
@@ -148,6 +155,7 @@ impl InodeInfo {
             journaled_changes: 0,
             times_queried: AtomicBool::new(false),
             adaptive: Default::default(),
+            journals_for_barriers: false,
         }
     }
 

@@ -205,7 +205,7 @@ impl<'a, 'fs> Tx<'a, 'fs> {
     /// transaction is durable.
     pub fn fc_ineligible(&mut self, reason: crate::fast_commit::Ineligible) {
         let tid = self.tid();
-        self.fs.fc.lock().ineligible = Some((tid, reason));
+        self.fs.fc.lock().fence(tid, reason);
     }
 
     /// Records that inode `ino`'s size or block map changed in this transaction.

@@ -1,8 +1,11 @@
-//! `fbarrier` and `fdatabarrier` (BarrierFS's ordering-only syncs) through the library: once
-//! one returns, the file's transaction is dispatched, so a crash that keeps every write the
-//! device had accepted recovers the file; and every crash state a device may leave (its
-//! volatile cache cut at any point, the order kept) that holds a later barrier'd file holds
-//! the earlier one too. On a device with barrier writes and on one without.
+//! `fbarrier` and `fdatabarrier` (BarrierFS's ordering-only syncs) through the library.
+//! A barrier's order is the journal's (`crate::epochs`): it writes nothing to the device
+//! and flushes nothing, yet every crash state a device may leave (its volatile cache cut
+//! at any point, the order kept) that shows a write made after a barrier shows what the
+//! barrier covered. Later writes checked here: a second barrier'd file, an in-place
+//! overwrite of another file written back meanwhile, and an fsync of another file, which
+//! would otherwise go as a fast commit. On a device with barrier writes and on one
+//! without.
 
 use jext_device::SimDevice;
 use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions};
@@ -10,9 +13,13 @@ use std::sync::Arc;
 
 const A: &[u8] = b"written first, ordered by fbarrier";
 const B: &[u8] = b"written second, ordered by fdatabarrier";
+const LATER: &[u8] = b"written after the barriers";
+/// Bytes of `/c`, overwritten in place after the barriers: enough to pass the dirty
+/// limits of [`small_cache`], so the writer itself writes them back.
+const C_BYTES: usize = 3 << 20;
 
 fn fresh(barrier_write: bool) -> Arc<SimDevice> {
-    let dev = SimDevice::new(32 << 20);
+    let dev = SimDevice::new(64 << 20);
     let dev = Arc::new(if barrier_write {
         dev.with_barrier_write()
     } else {
@@ -27,6 +34,14 @@ fn fresh(barrier_write: bool) -> Arc<SimDevice> {
     dev
 }
 
+/// A page cache small enough that a few MiB of writes are written back by the writer.
+fn small_cache() -> MountOptions {
+    MountOptions {
+        cache_size_bytes: 2 << 20,
+        ..MountOptions::default()
+    }
+}
+
 /// What a recovered file holds: its bytes, or None when it is missing.
 fn content(fs: &Fs, path: &str) -> Option<Vec<u8>> {
     let f = fs.open_file(path).ok()?;
@@ -34,16 +49,38 @@ fn content(fs: &Fs, path: &str) -> Option<Vec<u8>> {
     Some(f.read_at(0, size).unwrap())
 }
 
-fn recovered(dev: SimDevice) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+struct Seen {
+    a: Option<Vec<u8>>,
+    b: Option<Vec<u8>>,
+    c: Option<Vec<u8>>,
+    d: Option<Vec<u8>>,
+}
+
+fn recovered(dev: SimDevice) -> Seen {
     let fs = Fs::open(Arc::new(dev), MountOptions::default()).expect("recovery mounts");
-    let found = (content(&fs, "/a"), content(&fs, "/b"));
+    let seen = Seen {
+        a: content(&fs, "/a"),
+        b: content(&fs, "/b"),
+        c: content(&fs, "/c"),
+        d: content(&fs, "/d"),
+    };
     fs.unmount().unwrap();
-    found
+    seen
+}
+
+/// `/c` (durable, all 1s) overwritten with 2s after the barriers.
+fn overwritten(c: &Option<Vec<u8>>) -> bool {
+    c.as_deref().is_some_and(|c| c.contains(&2))
 }
 
 fn barriers_order_what_they_cover(barrier_write: bool) {
     let dev = fresh(barrier_write);
-    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let fs = Fs::open(dev.clone(), small_cache()).unwrap();
+    let c = fs.create_file("/c", 0o644).unwrap();
+    c.write_at(0, &vec![1u8; C_BYTES]).unwrap();
+    c.fsync().unwrap();
+
+    let before = fs.counters();
     let a = fs.create_file("/a", 0o644).unwrap();
     a.write_at(0, A).unwrap();
     a.fbarrier().unwrap();
@@ -52,28 +89,45 @@ fn barriers_order_what_they_cover(barrier_write: bool) {
     // A new file's name and size are metadata: fdatabarrier must order them too, as
     // fdatasync makes them durable.
     b.fdatabarrier().unwrap();
-    let cached = dev.pending_writes();
-    let everything = recovered(dev.crash_keeping(|_| true));
+    let after = fs.counters();
     assert_eq!(
-        everything,
-        (Some(A.to_vec()), Some(B.to_vec())),
-        "both barriers returned, so both transactions were dispatched"
+        (after.writes, after.flushes),
+        (before.writes, before.flushes),
+        "a barrier is kept by the journal: no write and no flush on its path"
     );
+
+    // An overwrite in place after the barriers, written back by the writer: it must wait
+    // for the barriers' transaction to be durable.
+    c.write_at(0, &vec![2u8; C_BYTES]).unwrap();
+    let durable_before_c = fs.counters().flushes > after.flushes;
+    assert!(
+        durable_before_c,
+        "the overwrite's writeback waited for the barriers' commit and its flush"
+    );
+    let cached = dev.pending_writes();
     for kept in 0..=cached {
-        let (a_now, b_now) = recovered(dev.crash_keeping(|i| i < kept));
+        let seen = recovered(dev.crash_keeping(|i| i < kept));
         assert!(
-            a_now.as_deref().is_none_or(|d| d == A || d.is_empty()),
-            "{kept} cached writes kept: /a holds {a_now:?}"
+            seen.a.as_deref().is_none_or(|d| d == A || d.is_empty()),
+            "{kept} cached writes kept: /a holds {:?}",
+            seen.a
         );
-        if b_now.as_deref() == Some(B) {
+        if seen.b.as_deref() == Some(B) || overwritten(&seen.c) {
             assert_eq!(
-                a_now.as_deref(),
+                seen.a.as_deref(),
                 Some(A),
-                "{kept} kept: /b without /a before it"
+                "{kept} kept: a later write without /a"
+            );
+        }
+        if overwritten(&seen.c) {
+            assert_eq!(
+                seen.b.as_deref(),
+                Some(B),
+                "{kept} kept: /c's overwrite without /b"
             );
         }
     }
-    drop((a, b));
+    drop((a, b, c));
     fs.unmount().unwrap();
 }
 
@@ -87,25 +141,62 @@ fn barriers_order_on_a_device_that_orders_by_flushing() {
     barriers_order_what_they_cover(false);
 }
 
-/// A barrier on a file with nothing to order still ends an epoch: the running
-/// transaction, holding other files' changes (here the creation of `/b`), is dispatched
-/// before it returns.
+/// An fsync after a barrier cannot go as a fast commit, which recovery would replay
+/// without the running transaction holding the barrier's data: it commits in full, and
+/// the barrier'd file is durable with it.
 #[test]
-fn a_barrier_on_a_clean_file_still_commits_what_runs() {
+fn an_fsync_after_a_barrier_commits_in_full() {
+    let dev = fresh(false);
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let d = fs.create_file("/d", 0o644).unwrap();
+    d.write_at(0, b"d").unwrap();
+    d.fsync().unwrap();
+    let a = fs.create_file("/a", 0o644).unwrap();
+    a.write_at(0, A).unwrap();
+    a.fbarrier().unwrap();
+    // Appended into a new block: no overwrite in place, which would wait for the
+    // barrier's commit and leave the fast commit nothing to overtake.
+    d.write_at(4096, LATER).unwrap();
+    d.fsync().unwrap();
+    let stats = fs.fast_commit_stats();
+    assert_eq!(
+        stats.fallbacks.get("barrier"),
+        Some(&1),
+        "the fsync fell back for the barrier: {stats:?}"
+    );
+    let seen = recovered(dev.crash());
+    assert!(seen.d.as_deref().is_some_and(|d| d.ends_with(LATER)));
+    assert_eq!(
+        seen.a.as_deref(),
+        Some(A),
+        "/d durable without /a before it"
+    );
+    drop((a, d));
+    fs.unmount().unwrap();
+}
+
+/// A barrier on a file with nothing to order still ends an epoch: an fsync of another
+/// file after it makes what ran before it (here the creation of `/b`) durable with it.
+#[test]
+fn a_barrier_on_a_clean_file_still_ends_an_epoch() {
     let dev = fresh(true);
     let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
     let a = fs.create_file("/a", 0o644).unwrap();
     a.write_at(0, A).unwrap();
     a.fsync().unwrap();
+    let d = fs.create_file("/d", 0o644).unwrap();
+    d.fsync().unwrap();
     drop(fs.create_file("/b", 0o644).unwrap());
     a.fdatabarrier().unwrap();
-    let (a_now, b_now) = recovered(dev.crash_keeping(|_| true));
-    assert_eq!(a_now.as_deref(), Some(A));
+    d.write_at(0, LATER).unwrap();
+    d.fsync().unwrap();
+    let seen = recovered(dev.crash());
+    assert_eq!(seen.d.as_deref(), Some(LATER));
     assert_eq!(
-        b_now.as_deref(),
+        seen.b.as_deref(),
         Some(&[][..]),
-        "/b's creation was in the running transaction when /a's barrier came"
+        "/b was created before /a's barrier, /d written after it"
     );
-    drop(a);
+    drop((a, d));
     fs.unmount().unwrap();
 }

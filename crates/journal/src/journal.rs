@@ -29,9 +29,10 @@
 //! blocks on a committing buffer.
 //!
 //! Two waits: [`Journal::commit_and_wait`] (fsync: the commit block is durable) and
-//! [`Journal::commit_and_wait_dispatched`] (fbarrier/fdatabarrier: the commit block was
-//! dispatched in order after everything it depends on, and nothing later can persist
-//! before it).
+//! [`Journal::commit_and_wait_dispatched`] (BarrierFS's fbarrier at the journal: the commit
+//! block was dispatched in order after everything it depends on, and nothing later can
+//! persist before it). The file system's barriers need neither: their order is the
+//! running transaction's place in the log (`jext_fs`'s `epochs`).
 //!
 //! Promises: a handle's changes reach the disk only as part of a committed transaction;
 //! transactions become durable in tid order, and `commit_and_wait` returns only after its

@@ -86,6 +86,9 @@ pub enum Ineligible {
     /// The file's changes are all in a transaction already committing: the fsync waits
     /// for it and writes nothing.
     AlreadyCommitting,
+    /// A barrier (fbarrier, fdatabarrier) ordered changes in a transaction not yet
+    /// durable, which a fast commit would be replayed without (`crate::epochs`).
+    Barrier,
 }
 
 impl Ineligible {
@@ -104,6 +107,7 @@ impl Ineligible {
             Ineligible::DirectoryGrew => "directory_grew",
             Ineligible::AreaFull => "area_full",
             Ineligible::AlreadyCommitting => "already_committing",
+            Ineligible::Barrier => "barrier",
         }
     }
 }
@@ -190,6 +194,15 @@ pub(crate) struct FcState {
 const MAX_PENDING_UNLINKS: usize = 128;
 
 impl FcState {
+    /// Refuses fast commits until transaction `tid` is durable, for `reason`; a fence at
+    /// a later transaction stays.
+    pub fn fence(&mut self, tid: Tid, reason: Ineligible) {
+        match self.ineligible {
+            Some((later, _)) if tid_gt(later, tid) => {}
+            _ => self.ineligible = Some((tid, reason)),
+        }
+    }
+
     /// Remembers a creation (for directory fsyncs, and for the fsyncs of files below a
     /// new directory), forgetting those now durable.
     pub fn note_created(&mut self, name: NewName, ino: u32, durable: Tid) {
@@ -683,7 +696,7 @@ fn eligible(fs: &FsInner, info: &InodeInfo, ino: u32) -> Result<(), Ineligible> 
     if fc.orphan_changed(ino, durable) || info.raw.links_count() == 0 {
         return Err(Ineligible::Orphan);
     }
-    if fs.journals_data(&info.raw) {
+    if fs.journals_data(info) {
         return Err(Ineligible::DataJournaled);
     }
     match fc.ineligible {

@@ -18,7 +18,7 @@
 use crate::error::{FsError, FsResult};
 use crate::state::FsInner;
 use jext_cache::PageWriteback;
-use jext_io::IoTicket;
+use jext_io::{IoTicket, WriteRequest};
 
 /// `count` pages from page `index` on, written to blocks from `phys` on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,11 +39,15 @@ pub(crate) struct DataInFlight {
 }
 
 impl DataInFlight {
-    /// Adds the writes of `ticket`, issued for `pages` (already marked in flight in the
-    /// page cache).
-    pub fn add(&mut self, ticket: IoTicket, pages: Vec<PageWriteback>) {
-        self.tickets.push(ticket);
+    /// Adds `pages`, marked in flight in the page cache, whose writes go out with
+    /// [`DataInFlight::issue`].
+    pub fn add_pages(&mut self, pages: Vec<PageWriteback>) {
         self.pages.extend(pages);
+    }
+
+    /// Issues `requests`, the writes of the pages added.
+    pub fn issue(&mut self, fs: &FsInner, requests: Vec<WriteRequest>) {
+        self.tickets.push(fs.io.submit(requests));
     }
 
     pub fn pages(&self) -> &[PageWriteback] {

@@ -28,7 +28,7 @@ pub(crate) fn read(op: &mut Op, ino: u32, offset: u64, len: usize) -> FsResult<V
     }
     let mut end = (offset + len as u64).min(size);
     // A data-journaled file's newest bytes may sit in the journal: read with it held.
-    let journal_data = fs.journals_data(&op.inode(ino).raw);
+    let journal_data = fs.journals_data(op.inode(ino));
     let bs = u64::from(fs.geo.block_size);
     let mut out = Vec::with_capacity((end - offset) as usize);
     let mut pos = offset;
@@ -203,7 +203,7 @@ pub(super) fn page_data(op: &mut Op, ino: u32, index: u64) -> FsResult<Arc<[u8]>
 fn insert_read(op: &mut Op, ino: u32, spans: &[Span], read: &[Vec<u8>]) {
     let fs = op.fs;
     let bs = fs.geo.block_size as usize;
-    let journal_data = fs.journals_data(&op.inode(ino).raw);
+    let journal_data = fs.journals_data(op.inode(ino));
     for (span, bytes) in spans.iter().zip(read) {
         for &(page, at) in &span.pages {
             let block = span.phys + at;

@@ -46,7 +46,7 @@ pub(crate) fn write(
     // A data-journaled file's clean page holds what its block holds at home once the
     // journal's copies of it are checkpointed: kept, it lets the journal log the change
     // as the bytes changed (`writeback::journal_pages`).
-    let keep_base = fs.journals_data(&op.inode(ino).raw);
+    let keep_base = fs.journals_data(op.inode(ino));
     let mut pos = offset;
     while pos < end {
         let index = pos / bs;

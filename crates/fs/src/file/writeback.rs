@@ -57,7 +57,7 @@ pub(crate) fn writeback(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Opt
     let fs = op.fs;
     let _owned = own_held(op, ino);
     let dirty = fs.pages.lock().dirty_indices(ino);
-    let journal_data = fs.journals_data(&op.inode(ino).raw);
+    let journal_data = fs.journals_data(op.inode(ino));
     let mut tid = None;
     for batch in batches(fs, journal_data, &dirty) {
         tid = writeback_batch(op, ino, batch, Urgency::Sync)?.or(tid);
@@ -101,7 +101,7 @@ pub(crate) fn write_back_unlocked(
         // Not in memory: nothing of it is dirty.
         return Ok(());
     };
-    let journal_data = fs.journals_data(&slot.lock().raw);
+    let journal_data = fs.journals_data(&slot.lock());
     drop(slot);
     let dirty = fs.pages.lock().dirty_indices(ino);
     let batches: Vec<Vec<u64>> = batches(fs, journal_data, &dirty)
@@ -276,7 +276,7 @@ fn writeback_batch(
     let runs = consecutive_runs(&pages);
     let bs = u64::from(fs.geo.block_size);
     let batch_end = (pages.last().copied().unwrap_or(0) + 1) * bs;
-    if fs.journals_data(&op.inode(ino).raw) {
+    if fs.journals_data(op.inode(ino)) {
         return journal_batch(op, ino, &runs, batch_end).map(Some);
     }
     let raw = op.inode(ino).raw.clone();
@@ -284,11 +284,24 @@ fn writeback_batch(
     // and in flight but never sent would be lost.
     let pieces = mapped_pieces(fs, ino, &raw, &runs)?;
     let (allocated, pieces) = allocate_unwritten(op, ino, pieces)?;
-    let mut in_flight = issue_data(op, ino, pieces, urgency);
-    let transferred = if op.holds_only(ino) {
-        op.unlocked(ino, || in_flight.wait())
-    } else {
+    let (mut in_flight, requests, overwrites) = take_pages(op, ino, pieces, urgency);
+    // Looked at once the pages were taken: a page dirtied after a barrier returned is
+    // written with that barrier's fence in view.
+    let hold = match overwrites {
+        true => fs.epochs.unreached(fs.journal.committed_tid()),
+        false => None,
+    };
+    let send = || -> FsResult<()> {
+        if let Some(barrier) = hold {
+            fs.journal.commit_and_wait(barrier)?;
+        }
+        in_flight.issue(fs, requests);
         in_flight.wait()
+    };
+    let transferred = if op.holds_only(ino) {
+        op.unlocked(ino, send)
+    } else {
+        send()
     };
     if let Err(err) = transferred {
         in_flight.release(fs, |_| true);
@@ -345,9 +358,16 @@ fn allocate_unwritten(
     tx.end(r).map(|placed| (Some(tid), placed))
 }
 
-/// Issues the data writes of `pieces`, whose pages all have blocks now; notes the runs
-/// written into unwritten blocks, to be marked written once the data transferred.
-fn issue_data(op: &mut Op, ino: u32, pieces: Vec<Piece>, urgency: Urgency) -> DataInFlight {
+/// Takes the pages of `pieces`, which all have blocks now, into flight and returns the
+/// writes that carry them, and whether any overwrites a block in place (no transaction
+/// orders it: it waits for a barrier's, `crate::epochs`); notes the runs written into
+/// unwritten blocks, to be marked written once the data transferred.
+fn take_pages(
+    op: &mut Op,
+    ino: u32,
+    pieces: Vec<Piece>,
+    urgency: Urgency,
+) -> (DataInFlight, Vec<WriteRequest>, bool) {
     let fs = op.fs;
     let bs = u64::from(fs.geo.block_size);
     let mut in_flight = DataInFlight::default();
@@ -378,12 +398,12 @@ fn issue_data(op: &mut Op, ino: u32, pieces: Vec<Piece>, urgency: Urgency) -> Da
         }
     }
     drop(cache);
-    in_flight.add(fs.io.submit(requests), pages);
+    in_flight.add_pages(pages);
     if in_place {
         // An overwrite in place is in no transaction: fsync flushes for it.
         op.inode_mut(ino).unflushed_data = true;
     }
-    in_flight
+    (in_flight, requests, in_place)
 }
 
 /// Once the batch's data transferred: marks written the blocks it went to and grows the
