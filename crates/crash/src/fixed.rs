@@ -21,7 +21,7 @@
 //! - BarrierFS's ordering-only syncs: `rename-root-to-sub-barrier` and
 //!   `create-delete-barrier` (the table 2 tests with every fsync an fbarrier),
 //!   `sqlite-rollback-barrier` and `sqlite-wal-barrier` (SQLite's sync pattern with every
-//!   sync an ordering-only one, BarrierFS Fig. 15's "ordering" case),
+//!   sync an ordering-only one, BarrierFS Fig. 15's "ordering" case, then an fsync),
 //!   `barrier-bypass` (an in-place overwrite written back, and an fsync that would go as a
 //!   fast commit, each after a barrier of another file), and `barrier-chain` (N files, each written then fdatabarrier'd or fbarrier'd in turn, so
 //!   every later file's writes must not survive without the earlier files).
@@ -85,8 +85,11 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "create-delete-barrier" => barriers_for_syncs(create_delete(size)),
         "barrier-chain" => barrier_chain(size),
         "barrier-bypass" => barrier_bypass(size),
-        "sqlite-rollback-barrier" => barriers_for_syncs(sqlite_rollback(size, JournalEnd::Delete)),
-        "sqlite-wal-barrier" => barriers_for_syncs(sqlite_wal(size)),
+        "sqlite-rollback-barrier" => durable_at_end(barriers_for_syncs(sqlite_rollback(
+            size,
+            JournalEnd::Delete,
+        ))),
+        "sqlite-wal-barrier" => durable_at_end(barriers_for_syncs(sqlite_wal(size))),
         "joj-overwrite" => joj_overwrite(size),
         "joj-reuse" => joj_reuse(size),
         "joj-switch" => joj_switch(size),
@@ -127,6 +130,13 @@ fn barriers_for_syncs(ops: Vec<Op>) -> Vec<Op> {
             other => other,
         })
         .collect()
+}
+
+/// `ops` (SQLite's, on `/db`) ended by an fsync of the database, which makes every epoch
+/// before it durable: the commit that crash points then fall around.
+fn durable_at_end(mut ops: Vec<Op>) -> Vec<Op> {
+    ops.push(Op::Fsync("/db".into()));
+    ops
 }
 
 /// `write A; fdatabarrier A; write B; fbarrier B; ...`, then an fsync of the last file.

@@ -365,12 +365,15 @@ pub const JEXT_NO_JOURNAL: System = System::JextMount {
     options: "data=ordered",
     journal: false,
     per_file: false,
+    barrier_syncs: false,
 };
 
 /// The SQLite matrix's systems (issue 14 item 6), all on the same kind of loop device:
 /// jext's mount in data=ordered, data=journal with single-I/O and with classic commits,
-/// per-file (rollback journals `+j`, the database and a WAL ordered), data=adaptive, and
-/// without a journal; Linux ext4 data=ordered, data=journal and without a journal.
+/// per-file (rollback journals `+j`, the database and a WAL ordered), data=adaptive,
+/// data=ordered with SQLite's syncs turned into barriers (BarrierFS Fig. 15's ordering
+/// runs; the run ends with `jext sync`), and without a journal; Linux ext4 data=ordered,
+/// data=journal and without a journal.
 /// `data=adaptive` fails its set-up, naming the option, until the mount knows it.
 pub fn sqlite_systems(root: bool) -> Vec<System> {
     if !root {
@@ -395,18 +398,29 @@ pub fn sqlite_systems(root: bool) -> Vec<System> {
             options: "data=journal,journal_commit=classic",
             journal: true,
             per_file: false,
+            barrier_syncs: false,
         },
         System::JextMount {
             name: "jext per-file (FUSE)",
             options: "data=ordered",
             journal: true,
             per_file: true,
+            barrier_syncs: false,
         },
         System::JextMount {
             name: "jext data=adaptive (FUSE)",
             options: "data=adaptive",
             journal: true,
             per_file: false,
+            barrier_syncs: false,
+        },
+        // BarrierFS Fig. 15's "ordering" runs: SQLite unchanged, its syncs barriers.
+        System::JextMount {
+            name: "jext data=ordered, syncs as barriers (FUSE)",
+            options: "data=ordered",
+            journal: true,
+            per_file: false,
+            barrier_syncs: true,
         },
         JEXT_NO_JOURNAL,
         report::EXT4_ORDERED,

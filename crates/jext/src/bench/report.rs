@@ -1024,12 +1024,14 @@ mod tests {
             options: "data=ordered",
             journal: true,
             per_file: true,
+            barrier_syncs: false,
         };
         let adaptive = System::JextMount {
             name: "jext data=adaptive (FUSE)",
             options: "data=adaptive",
             journal: true,
             per_file: false,
+            barrier_syncs: false,
         };
         let mut samples = Vec::new();
         for (i, case) in cases.iter().enumerate() {

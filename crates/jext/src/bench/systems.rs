@@ -19,7 +19,7 @@ use jext_journal::RecordMode;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Where a system's bytes go.
@@ -69,12 +69,15 @@ pub enum System {
     /// (`data=adaptive` before it exists) fails the set-up with the mount's own words
     /// rather than the build; on an image jext's mkfs made with or without a journal; with
     /// `per_file`, a `+j` directory holds the database and its rollback journal, the
-    /// database itself `-j` (see [`Running::sqlite_dir`]).
+    /// database itself `-j` (see [`Running::sqlite_dir`]); with `barrier_syncs`, the
+    /// programs run on it have every fsync an fbarrier and every fdatasync an fdatabarrier
+    /// (`syncs_as_barriers.c`, BarrierFS Fig. 15's ordering runs).
     JextMount {
         name: &'static str,
         options: &'static str,
         journal: bool,
         per_file: bool,
+        barrier_syncs: bool,
     },
     /// fuse2fs (e2fsprogs' user-space ext4) on a loop device made by mkfs.ext4.
     Fuse2fs,
@@ -188,6 +191,7 @@ impl System {
                 target: Target::Block(Arc::new(sim), EngineKind::Native),
                 device: None,
                 journaled_dir: None,
+                sync_shim: None,
             });
         }
         if let System::JextMount { options, .. } = self {
@@ -313,12 +317,48 @@ impl System {
                 )))
             }
         };
+        let sync_shim = match self {
+            System::JextMount {
+                barrier_syncs: true,
+                ..
+            } => Some(build_sync_shim(scratch)?),
+            _ => None,
+        };
         Ok(Running {
             target,
             device,
             journaled_dir,
+            sync_shim,
         })
     }
+}
+
+/// Builds `syncs_as_barriers.c` into a shared library in `scratch`.
+fn build_sync_shim(scratch: &Scratch) -> io::Result<PathBuf> {
+    let dir = scratch.dir.join("sync-shim");
+    std::fs::create_dir_all(&dir)?;
+    let source = dir.join("syncs_as_barriers.c");
+    std::fs::write(&source, include_str!("syncs_as_barriers.c"))?;
+    std::fs::write(
+        dir.join("jext.h"),
+        include_str!("../../../../include/jext.h"),
+    )?;
+    let library = dir.join("syncs_as_barriers.so");
+    let path = |p: &Path| p.to_str().map(str::to_owned);
+    let (Some(source), Some(library_str), Some(include)) =
+        (path(&source), path(&library), path(&dir))
+    else {
+        return Err(io::Error::other(
+            "the scratch directory's path is not UTF-8",
+        ));
+    };
+    let args = [
+        "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", &include,
+    ];
+    let mut args: Vec<&str> = args.to_vec();
+    args.extend(["-o", &library_str, &source, "-ldl"]);
+    run("gcc", &args)?;
+    Ok(library)
 }
 
 /// The directory of the per-file system's rollback journals, from the mount's root.
@@ -398,6 +438,8 @@ pub struct Running {
     device: Option<LoopDevice>,
     /// The per-file system's `+j` directory, from the mount's root.
     journaled_dir: Option<PathBuf>,
+    /// The library programs run on the mount preload, turning their syncs into barriers.
+    sync_shim: Option<PathBuf>,
 }
 
 enum Target {
@@ -488,6 +530,11 @@ impl Running {
             (Some(dir), true) => root.join(dir),
             _ => root.to_path_buf(),
         })
+    }
+
+    /// The library a program run on the mount preloads (`LD_PRELOAD`), if any.
+    pub fn sync_shim(&self) -> Option<&Path> {
+        self.sync_shim.as_deref()
     }
 
     /// Makes everything written to a mounted system durable: `sync -f` for the kernel's
