@@ -240,6 +240,8 @@ impl Variant {
             Variant::Writes(_, after) if after.is_barrier() => {
                 matches!(system, System::Jext { .. } | System::JextFuse { .. })
             }
+            // O_DIRECT takes only whole sectors.
+            Variant::Writes(Placement::SmallWrites, _) => *system != System::RawLoop,
             _ => true,
         }
     }
