@@ -655,15 +655,7 @@ impl Fs {
             drop(self.op(false)?);
             return Ok(());
         }
-        let switches = self.on_inode(ino, |op| {
-            let info = op.inode(ino);
-            Ok(info.is_reg() && !op.fs.journals_data(info))
-        })?;
-        if switches {
-            let mut op = self.op(true)?;
-            op.lock(ino, Reach::First)?;
-            crate::journal_mode::journal_for_barriers(&mut op, ino)?;
-        }
+        self.on_inode(ino, |op| crate::journal_mode::journal_for_barriers(op, ino))?;
         file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)?;
         let mut op = self.op(false)?;
         op.lock(ino, Reach::First)?;

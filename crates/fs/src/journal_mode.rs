@@ -105,31 +105,49 @@ pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsR
 /// data, as if it had the `j` flag, until its inode leaves memory (it stays cached while
 /// this holds, so never while the log may hold a copy of one of its blocks). Nothing on
 /// disk changes: Linux and a later mount see an ordered file, and a clean unmount leaves
-/// no copy in the log. `op` holds the file system alone, so no writeback of the file is
-/// in flight.
+/// no copy in the log. `op` holds `ino` alone; does nothing if the file journals already.
 ///
-/// Lighter than [`switch_on`], since the barrier's order, not the user's flag, asks for it:
-/// the dirty pages are not written back first but journaled whole (written in ordered
-/// mode they kept no clean bytes, so no byte record can be taken against their home), and
-/// the flush is needed only if data was written in place since the last one: a page
-/// dirtied from now on keeps its clean bytes as the base of byte records, which its home
-/// must hold durably.
+/// Lighter than [`switch_on`], since the barrier's order, not the user's flag, asks for it,
+/// and nothing changes on disk that a concurrent operation could see half-done:
+/// - the file system is not held alone, only the file and its writeback: while this owns
+///   the writeback, no write of the file's pages is in flight or starts, and every other
+///   path to its data (reads, writes, truncates, fast commits) holds its inode;
+/// - the dirty pages are not written back first but journaled whole (written in ordered
+///   mode they kept no clean bytes, so no byte record can be taken against their home);
+/// - the flush is needed only if data was written in place since the last one: a page
+///   dirtied from now on keeps its clean bytes as the base of byte records, which its home
+///   must hold durably.
 pub(crate) fn journal_for_barriers(op: &mut Op, ino: u32) -> FsResult<()> {
     let fs = op.fs;
-    let info = op.inode(ino);
-    if !info.is_reg() || fs.journals_data(info) || !fs.journal.has_log() || fs.is_read_only() {
+    if !switches_for_barriers(fs, op.inode(ino)) {
         return Ok(());
     }
-    start_switch(op, ino);
+    let _owned = crate::file::own_writeback(op, ino);
+    // The inode may have been released while the owner finished.
+    if !op.is_current(ino) || !switches_for_barriers(fs, op.inode(ino)) {
+        return Ok(());
+    }
+    // Reads that went to the device with the inode released must not keep what they read.
+    op.note_data_change(ino);
     if op.inode(ino).unflushed_data && fs.options.barrier {
-        fs.io.flush()?;
+        op.unlocked(ino, || fs.io.flush())?;
+        if !op.is_current(ino) {
+            return Ok(());
+        }
     }
     let raw = op.inode(ino).raw.clone();
     forget_cached_blocks(fs, ino, &raw)?;
     let info = op.inode_mut(ino);
+    // The flush made every write in place durable, and none started since: this owns the
+    // writeback.
     info.unflushed_data = false;
     info.journals_for_barriers = true;
     Ok(())
+}
+
+/// Whether a barrier switches the file `info` describes to journaling its data.
+fn switches_for_barriers(fs: &FsInner, info: &InodeInfo) -> bool {
+    info.is_reg() && !fs.journals_data(info) && fs.journal.has_log() && !fs.is_read_only()
 }
 
 /// The safe point before `ino` starts journaling its data (module comment), reached with

@@ -21,8 +21,8 @@ pub(crate) use ownership::WritebackOwners;
 use read::page_data;
 pub(crate) use read::read;
 pub(crate) use write::{balance_dirty, write};
+pub(crate) use writeback::{own_writeback, write_back_unlocked, writeback, Urgency};
 use writeback::{release_reservations, sync_size_and_inode};
-pub(crate) use writeback::{write_back_unlocked, writeback, Urgency};
 
 use crate::blockmap;
 use crate::error::{FsError, FsResult};

@@ -55,7 +55,7 @@ impl Urgency {
 /// any writeback of the file under way; returns the last transaction used.
 pub(crate) fn writeback(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Option<Tid>> {
     let fs = op.fs;
-    let _owned = own_held(op, ino);
+    let _owned = own_writeback(op, ino);
     let dirty = fs.pages.lock().dirty_indices(ino);
     let journal_data = fs.journals_data(op.inode(ino));
     let mut tid = None;
@@ -70,7 +70,7 @@ pub(crate) fn writeback(op: &mut Op, ino: u32, with_times: bool) -> FsResult<Opt
 }
 
 /// Owns the writeback of `ino`, which `op` holds; waits for the owner with `ino` released.
-fn own_held<'fs>(op: &mut Op<'fs>, ino: u32) -> Owned<'fs> {
+pub(crate) fn own_writeback<'fs>(op: &mut Op<'fs>, ino: u32) -> Owned<'fs> {
     let owners = &op.fs.writeback_owners;
     if let Some(owned) = owners.try_own(ino) {
         return owned;
