@@ -789,7 +789,7 @@ fn mounted(sys: &Running) -> io::Result<&Path> {
         .ok_or_else(|| io::Error::other("this experiment needs a mounted file system"))
 }
 
-fn path_str(path: &Path) -> io::Result<&str> {
+pub fn path_str(path: &Path) -> io::Result<&str> {
     path.to_str()
         .ok_or_else(|| io::Error::other(format!("{} is not UTF-8", path.display())))
 }

@@ -10,6 +10,7 @@
 //! the kernel from the loop device's block statistics. Must never run a system on a device
 //! it did not make itself.
 
+use super::experiments::path_str;
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
 use jext::{mkfs, CommitMode, DataMode, FileJournalMode, Fs, IJournal, MkfsOptions, MountOptions};
 use jext_device::{LatencyModel, Preset, SimDevice};
@@ -344,19 +345,10 @@ fn build_sync_shim(scratch: &Scratch) -> io::Result<PathBuf> {
         include_str!("../../../../include/jext.h"),
     )?;
     let library = dir.join("syncs_as_barriers.so");
-    let path = |p: &Path| p.to_str().map(str::to_owned);
-    let (Some(source), Some(library_str), Some(include)) =
-        (path(&source), path(&library), path(&dir))
-    else {
-        return Err(io::Error::other(
-            "the scratch directory's path is not UTF-8",
-        ));
-    };
+    let (source, output, include) = (path_str(&source)?, path_str(&library)?, path_str(&dir)?);
     let args = [
-        "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", &include,
+        "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-I", include, "-o", output, source, "-ldl",
     ];
-    let mut args: Vec<&str> = args.to_vec();
-    args.extend(["-o", &library_str, &source, "-ldl"]);
     run("gcc", &args)?;
     Ok(library)
 }
