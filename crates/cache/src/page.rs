@@ -394,6 +394,13 @@ impl PageCache {
         self.files.get(&ino).is_some_and(|f| !f.dirty.is_empty())
     }
 
+    /// How many pages of `ino` are dirty and the lowest index among them, without listing
+    /// them; `None` when none is.
+    pub fn dirty_span(&self, ino: u32) -> Option<(usize, u64)> {
+        let dirty = &self.files.get(&ino)?.dirty;
+        Some((dirty.len(), *dirty.first()?))
+    }
+
     /// Inodes with dirty pages, oldest dirtied first, with when they were dirtied.
     pub fn dirty_files(&self) -> Vec<(u32, Instant)> {
         let mut files: Vec<(u32, Instant)> = self
@@ -489,7 +496,12 @@ mod tests {
         assert!(!pc.contains(1, 1) && !pc.contains(1, 5) && pc.contains(1, 6));
         assert!(pc.contains(2, 0), "dirty pages are never evicted");
         assert_eq!(pc.dirty_indices(2), vec![0]);
+        pc.modify(2, 7, |p| p[0] = 9);
+        assert_eq!(pc.dirty_span(2), Some((2, 0)));
         pc.mark_clean(2, 0);
+        assert_eq!(pc.dirty_span(2), Some((1, 7)));
+        pc.mark_clean(2, 7);
+        assert_eq!(pc.dirty_span(2), None);
         assert!(!pc.has_dirty(2));
         assert!(pc.dirty_files().is_empty());
     }

@@ -16,7 +16,7 @@ use crate::states::{crash_points, selections, Sampling};
 use crate::workload::WorkloadId;
 use crate::{ace, fixed, generate};
 use jext_device::{DurableCursor, Kept, Selection, SimDevice, SimFault};
-use jext_fs::{fsck, DataMode, Fs, IJournal};
+use jext_fs::{fsck, DataMode, Fs, IJournal, SmallSyncs};
 use jext_journal::CommitMode;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -63,7 +63,8 @@ impl Default for Config {
 
 /// The three data modes with single-I/O commits (the default), then with classic ones,
 /// all with byte records (the default); then data=journal with whole-block records,
-/// ordered with per-core i-transactions, and data=adaptive.
+/// ordered with small synced appends in place (so they go as fast commits), the same with
+/// per-core i-transactions, and data=adaptive.
 pub fn default_modes() -> Vec<Mode> {
     let mut modes: Vec<Mode> = [CommitMode::SingleIo, CommitMode::Classic]
         .into_iter()
@@ -80,10 +81,17 @@ pub fn default_modes() -> Vec<Mode> {
         records: jext_journal::RecordMode::Blocks,
         ..Mode::from(DataMode::Journal)
     });
+    // Fast commits for every fsync they can carry: in the default mode a small synced
+    // append journals its data and commits in full.
+    let in_place = Mode {
+        small_syncs: SmallSyncs::InPlace,
+        ..Mode::from(DataMode::Ordered)
+    };
+    modes.push(in_place);
     // The paper's per-core rings, in the mode whose fsyncs use them most.
     modes.push(Mode {
         ijournal: IJournal::PerCore,
-        ..Mode::from(DataMode::Ordered)
+        ..in_place
     });
     // `data=adaptive`: every workload that syncs and deletes or truncates a file within
     // seconds switches files between modes.

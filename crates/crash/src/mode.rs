@@ -1,17 +1,19 @@
 //! A mode the explorer records and recovers workloads in: the data mode (`data=`), how
 //! the journal commits (`journal_commit=`: single-I/O by default, or classic), what a
 //! logged block goes as (`journal_records=`: its changed bytes by default, or whole
-//! blocks), and where an fsync's i-transaction goes (`ijournal=`: the one ext4
-//! fast-commit area by default, or the paper's per-core rings). Written as the data mode
-//! with a suffix for each choice that is not the default: `ordered`, `ordered+classic`,
-//! `journal+blocks`, `ordered+percore`, `ordered+classic+percore` (in reproducer lines
-//! and `jext crash --mode`). `adaptive` (`data=adaptive`: ordered, each rollback journal's
+//! blocks), where an fsync's i-transaction goes (`ijournal=`: the one ext4
+//! fast-commit area by default, or the paper's per-core rings), and how an ordered file's
+//! small synced appends go (`small_syncs=`: journaled by default, or in place before an
+//! i-transaction). Written as the data mode with a suffix for each choice that is not the
+//! default: `ordered`, `ordered+classic`, `journal+blocks`, `ordered+percore`,
+//! `ordered+in_place`, `ordered+classic+percore+in_place` (in reproducer lines and
+//! `jext crash --mode`). `adaptive` (`data=adaptive`: ordered, each rollback journal's
 //! data journaled) stands in the data mode's place: `adaptive+classic`.
 //!
 //! Promises: `Display` and `FromStr` are inverses; an unknown mode is refused by name.
 
 use jext_fs::options::ADAPTIVE;
-use jext_fs::{DataMode, FsError, IJournal};
+use jext_fs::{DataMode, FsError, IJournal, SmallSyncs};
 use jext_journal::{CommitMode, RecordMode};
 use std::fmt;
 use std::str::FromStr;
@@ -24,6 +26,7 @@ pub struct Mode {
     pub commit: CommitMode,
     pub records: RecordMode,
     pub ijournal: IJournal,
+    pub small_syncs: SmallSyncs,
 }
 
 const PERCORE: &str = "percore";
@@ -37,6 +40,7 @@ impl Mode {
             commit: CommitMode::default(),
             records: RecordMode::default(),
             ijournal: IJournal::Single,
+            small_syncs: SmallSyncs::default(),
         }
     }
 
@@ -70,6 +74,9 @@ impl fmt::Display for Mode {
         if self.ijournal == IJournal::PerCore {
             write!(f, "+{PERCORE}")?;
         }
+        if self.small_syncs != SmallSyncs::default() {
+            write!(f, "+{}", self.small_syncs.name())?;
+        }
         Ok(())
     }
 }
@@ -92,14 +99,18 @@ impl FromStr for Mode {
             let records = [RecordMode::Bytes, RecordMode::Blocks]
                 .into_iter()
                 .find(|r| r.name() == part);
-            match (commit, records) {
-                (Some(commit), _) => mode.commit = commit,
-                (_, Some(records)) => mode.records = records,
+            let small_syncs = [SmallSyncs::Journal, SmallSyncs::InPlace]
+                .into_iter()
+                .find(|m| m.name() == part);
+            match (commit, records, small_syncs) {
+                (Some(commit), _, _) => mode.commit = commit,
+                (_, Some(records), _) => mode.records = records,
+                (_, _, Some(small_syncs)) => mode.small_syncs = small_syncs,
                 _ if part == PERCORE => mode.ijournal = IJournal::PerCore,
                 _ => {
                     return Err(format!(
                         "mode {s:?}: after the data mode come +single_io, +classic, +bytes, \
-                         +blocks or +{PERCORE}, not +{part}"
+                         +blocks, +{PERCORE}, +journal or +in_place, not +{part}"
                     ))
                 }
             }
@@ -117,13 +128,18 @@ mod tests {
         for data in [DataMode::Ordered, DataMode::Journal, DataMode::Writeback] {
             for commit in [CommitMode::SingleIo, CommitMode::Classic] {
                 for records in [RecordMode::Bytes, RecordMode::Blocks] {
-                    for ijournal in [IJournal::Single, IJournal::PerCore] {
+                    for (ijournal, small_syncs) in [
+                        (IJournal::Single, SmallSyncs::Journal),
+                        (IJournal::PerCore, SmallSyncs::InPlace),
+                        (IJournal::Single, SmallSyncs::InPlace),
+                    ] {
                         let mode = Mode {
                             data,
                             adaptive: false,
                             commit,
                             records,
                             ijournal,
+                            small_syncs,
                         };
                         assert_eq!(mode.to_string().parse::<Mode>(), Ok(mode));
                         if data == DataMode::Ordered {
@@ -149,6 +165,11 @@ mod tests {
         assert_eq!((m.data, m.adaptive), (DataMode::Ordered, true));
         assert_eq!(m.commit, CommitMode::Classic);
         assert_eq!(m.to_string(), "adaptive+classic");
+        let m: Mode = "ordered+percore+in_place".parse().unwrap();
+        assert_eq!(
+            (m.ijournal, m.small_syncs),
+            (IJournal::PerCore, SmallSyncs::InPlace)
+        );
         assert!("ordered+shared".parse::<Mode>().is_err());
         assert!("fast".parse::<Mode>().is_err());
     }

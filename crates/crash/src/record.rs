@@ -110,6 +110,7 @@ pub fn mount_options(mode: Mode) -> MountOptions {
         journal_commit: mode.commit,
         journal_records: mode.records,
         ijournal: mode.ijournal,
+        small_syncs: mode.small_syncs,
         commit_interval_ms: 3_600_000,
         ..MountOptions::default()
     }

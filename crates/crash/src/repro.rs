@@ -148,7 +148,7 @@ mod tests {
         assert!("ace1-1/ordered+later/3/none"
             .parse::<Reproducer>()
             .unwrap_err()
-            .contains("+blocks or +percore"));
+            .contains("+percore, +journal or +in_place"));
         let percore: Reproducer = "ace1-4/ordered+percore/7/none".parse().unwrap();
         assert_eq!(percore.mode.ijournal, jext_fs::IJournal::PerCore);
     }

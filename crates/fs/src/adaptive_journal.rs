@@ -303,7 +303,7 @@ fn may_switch_on(op: &Op, ino: u32) -> bool {
     let info = op.inode(ino);
     fs.options.adaptive_journal
         && info.is_reg()
-        && !fs.journals_data(info)
+        && !fs.flags_journal_data(&info.raw)
         && info.raw.flags() & flags::DAX == 0
         && !info.adaptive.settled
         && !fs.adaptive.lock().user_chosen.contains(&ino)
@@ -352,9 +352,9 @@ pub(crate) fn switch_off_grown(op: &mut Op, ino: u32) -> FsResult<()> {
     let fs = op.fs;
     let info = op.inode(ino);
     let user_chose = fs.adaptive.lock().user_chosen.contains(&ino);
-    // A file journaling for barriers goes on journaling whatever its flag says.
-    let barriers = info.journals_for_barriers;
-    if user_chose || barriers || !fs.journals_data(info) || !info.adaptive.grew_out(info.size) {
+    // A file journaling in memory goes on journaling whatever its flag says, until
+    // `journal_mode::stop_journaling_in_memory` finds that safe.
+    if user_chose || !fs.flags_journal_data(&info.raw) || !info.adaptive.grew_out(info.size) {
         return Ok(());
     }
     set_journaled(op, ino, false)?;

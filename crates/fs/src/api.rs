@@ -413,8 +413,9 @@ impl Fs {
         self.setattr(ino, &change)
     }
 
-    /// Whether `ino`'s data goes through the journal (the mount's `data=journal`, or the
-    /// file's `j` flag); false for anything but a regular file.
+    /// Whether `ino`'s data goes through the journal now: the mount's `data=journal`, the
+    /// file's `j` flag, or for a while in memory (since a barrier, or after synced small
+    /// appends, `crate::sync_journaling`); false for anything but a regular file.
     pub fn journals_data(&self, ino: Ino) -> FsResult<bool> {
         self.on_inode(ino, |op| Ok(op.fs.journals_data(op.inode(ino))))
     }
@@ -590,6 +591,7 @@ impl Fs {
         drop(self.op(false)?);
         let _under_way = fs.journal.fsync_under_way();
         if !fs.is_read_only() {
+            self.on_inode(ino, |op| crate::sync_journaling::choose(op, ino))?;
             // The bulk of the data a batch at a time; what is left (pages dirtied since,
             // the times, the last batch) is planned with the sync.
             file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)?;
@@ -617,7 +619,7 @@ impl Fs {
                 // The fast commit's preflush made the overwritten data durable too.
                 return Ok(());
             }
-            fs.journal.commit_and_wait(tid)?;
+            fs.journal.fsync_commit(tid)?;
         }
         if flush && fs.options.barrier {
             fs.io.flush()?;
@@ -655,7 +657,7 @@ impl Fs {
             drop(self.op(false)?);
             return Ok(());
         }
-        self.on_inode(ino, |op| crate::journal_mode::journal_for_barriers(op, ino))?;
+        self.on_inode(ino, |op| crate::journal_mode::journal_in_memory(op, ino))?;
         file::write_back_unlocked(fs, ino, false, file::Urgency::Sync)?;
         let mut op = self.op(false)?;
         op.lock(ino, Reach::First)?;

@@ -7,10 +7,11 @@
 //! device that keeps a barrier write's order; no disk here has one. jext keeps the same
 //! promise with its journal instead:
 //!
-//! - **f's data goes into the running transaction**: from its first barrier on, an ordered
-//!   file journals its data for as long as it stays in memory
-//!   ([`crate::journal_mode::journal_for_barriers`]), so the barrier writes back its dirty
-//!   pages into the journal, beside its metadata and every earlier change;
+//! - **f's data goes into the running transaction**: a barrier makes an ordered file
+//!   journal its data, in memory only ([`crate::journal_mode::journal_in_memory`]; it goes
+//!   back to ordered only at a later fsync, once the checkpoint passed its journaled
+//!   blocks), so the barrier writes back its dirty pages
+//!   into the journal, beside its metadata and every earlier change;
 //! - **later journaled changes come after it**: they go into the same transaction or a
 //!   later one, and transactions count in order (recovery stops at the first that is not
 //!   whole, `jext_journal::recovery`), so none is replayed without this one. Two epochs

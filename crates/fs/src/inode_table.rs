@@ -13,6 +13,12 @@
 //! uncommitted transaction (a scan of the whole cache, and the frees of everything
 //! evictable at once, made the last tenth of a 10^6-name directory slower than the first).
 //!
+//! A file that journals its data in memory only (`InodeInfo::journals_in_memory`) may
+//! leave while the log still holds copies of its blocks; the table remembers its number
+//! and last journaled transaction, and loads it journaling again until the checkpoint
+//! passed that transaction (then its blocks' buffers are dropped first, since an
+//! ordered file's reads must find none).
+//!
 //! Promises: a record is read from disk with nothing locked; a slot that anyone holds (its
 //! `Arc` cloned) or whose inode has anything not yet durable or written back is never
 //! evicted, since fsync waits for the tids it remembers and a reloaded record would not
@@ -26,7 +32,7 @@ use crate::state::{FsInner, InodeInfo};
 use jext_cache::NumberMap;
 use jext_journal::{tid_gt, Tid};
 use parking_lot::Mutex;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -55,6 +61,9 @@ struct Slots {
     /// The durable tid when eviction last stopped at an inode of a later transaction:
     /// nothing is tried again until another commit is durable.
     stalled_at: Option<Tid>,
+    /// Evicted files that journaled their data in memory: the last transaction that
+    /// journaled a block of each.
+    journaling_evicted: HashMap<u32, Tid>,
 }
 
 impl Slots {
@@ -83,6 +92,7 @@ impl InodeTable {
                     order: VecDeque::new(),
                     evict_at: 0,
                     stalled_at: None,
+                    journaling_evicted: HashMap::new(),
                 },
             ),
             next_seq: AtomicU64::new(0),
@@ -116,6 +126,7 @@ impl InodeTable {
             return Ok(slot);
         }
         let raw = crate::inodes::read_record(fs, ino)?;
+        let journaling = self.journaling_after_eviction(fs, ino, &raw)?;
         // A deleted inode keeps its mode on disk: without a link, the bitmap decides
         // (an orphan is still in use; a deleted one must not come back into the cache,
         // where its number's next owner would find it).
@@ -124,16 +135,43 @@ impl InodeTable {
         if unused {
             return Err(FsError::Inconsistent(format!("inode {ino} is not in use")));
         }
-        Ok(self.insert(fs, ino, raw, false))
+        let mut info = InodeInfo::new(raw);
+        info.journals_in_memory = journaling.is_some();
+        info.journaled_data_tid = journaling;
+        Ok(self.insert(fs, ino, info, false))
+    }
+
+    /// The last transaction that journaled data of `ino` (record `raw`, not cached) if it
+    /// journaled in memory when evicted and the log may still hold copies of its blocks.
+    /// Once the checkpoint passed them, drops its blocks' buffers and forgets it. Only
+    /// looks at the memory without taking from it, so that two loads racing agree.
+    fn journaling_after_eviction(
+        &self,
+        fs: &FsInner,
+        ino: u32,
+        raw: &Inode,
+    ) -> FsResult<Option<Tid>> {
+        let Some(tid) = self.slots.lock().journaling_evicted.get(&ino).copied() else {
+            return Ok(None);
+        };
+        if !fs.journal.checkpointed_through(tid) {
+            return Ok(Some(tid));
+        }
+        crate::journal_mode::forget_cached_blocks(fs, ino, raw)?;
+        let mut slots = self.slots.lock();
+        if slots.journaling_evicted.get(&ino) == Some(&tid) {
+            slots.journaling_evicted.remove(&ino);
+        }
+        Ok(None)
     }
 
     /// Adds a new inode (just allocated: nobody else can know its number yet).
     pub fn insert_new(&self, fs: &FsInner, ino: u32, raw: Inode) -> InodeRef {
-        self.insert(fs, ino, raw, true)
+        self.slots.lock().journaling_evicted.remove(&ino);
+        self.insert(fs, ino, InodeInfo::new(raw), true)
     }
 
-    fn insert(&self, fs: &FsInner, ino: u32, raw: Inode, new: bool) -> InodeRef {
-        let mut info = InodeInfo::new(raw);
+    fn insert(&self, fs: &FsInner, ino: u32, mut info: InodeInfo, new: bool) -> InodeRef {
         info.data_seq = self.take_seq();
         let durable = fs.journal.committed_tid();
         let mut slots = self.slots.lock();
@@ -158,7 +196,9 @@ impl InodeTable {
 
     /// Drops `ino` (deleted): whoever still holds its slot finds it is not current.
     pub fn remove(&self, ino: u32) {
-        self.slots.lock().inodes.remove(&ino);
+        let mut slots = self.slots.lock();
+        slots.inodes.remove(&ino);
+        slots.journaling_evicted.remove(&ino);
     }
 
     /// Inodes whose times changed and are in no transaction yet, and every inode locked
@@ -194,7 +234,7 @@ enum Keep {
     No,
     /// Changed in a transaction not yet durable.
     Pending,
-    /// Held, locked, open, dirty, with dirty pages, or journaling for barriers.
+    /// Held, locked, open, dirty, or with dirty pages.
     Held,
 }
 
@@ -225,12 +265,7 @@ fn make_room(slots: &mut Slots, durable: Tid, mut has_dirty_pages: impl FnMut(u3
             if info.fc.is_live(durable) || pending(info.sync_tid) || pending(info.datasync_tid) {
                 return Keep::Pending;
             }
-            // A file journaling for barriers keeps that only in memory, and the log may
-            // hold copies of its blocks that a reloaded, ordered inode would not read.
-            info.open_count > 0
-                || info.dirty
-                || !info.reserved_pages.is_empty()
-                || info.journals_for_barriers
+            info.open_count > 0 || info.dirty || !info.reserved_pages.is_empty()
         };
         match busy || has_dirty_pages(ino) {
             true => Keep::Held,
@@ -256,7 +291,9 @@ fn make_room(slots: &mut Slots, durable: Tid, mut has_dirty_pages: impl FnMut(u3
         };
         match verdict {
             Keep::No => {
-                slots.inodes.remove(&ino);
+                if let Some(slot) = slots.inodes.remove(&ino) {
+                    remember_journaling(&mut slots.journaling_evicted, ino, &slot);
+                }
                 evicted += 1;
             }
             Keep::Pending | Keep::Held => slots.order.push_back(ino),
@@ -278,6 +315,16 @@ fn make_room(slots: &mut Slots, durable: Tid, mut has_dirty_pages: impl FnMut(u3
     slots.stalled_at = at_pending.then_some(durable);
 }
 
+/// Remembers `ino`, evicted, if it journals its data in memory and journaled some: the
+/// log may hold copies of its blocks, which a reload as an ordered file would not read.
+fn remember_journaling(memory: &mut HashMap<u32, Tid>, ino: u32, slot: &InodeRef) {
+    let info = slot.try_lock().expect("an evicted inode is not locked");
+    match (info.journals_in_memory, info.journaled_data_tid) {
+        (true, Some(tid)) => memory.insert(ino, tid),
+        _ => memory.remove(&ino),
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +335,7 @@ mod tests {
             order: VecDeque::new(),
             evict_at: 0,
             stalled_at: None,
+            journaling_evicted: HashMap::new(),
         }
     }
 
@@ -366,6 +414,25 @@ mod tests {
             assert!(s.inodes.contains_key(&ino), "inode {ino} was evicted");
         }
         drop(held);
+    }
+
+    #[test]
+    fn an_evicted_file_journaling_in_memory_is_remembered_with_its_last_tid() {
+        let mut s = slots();
+        let journaled = add(&mut s, 1, None, 0);
+        {
+            let mut info = journaled.lock();
+            info.journals_in_memory = true;
+            info.journaled_data_tid = Some(7);
+        }
+        drop(journaled);
+        // Switched on, but nothing journaled yet: the log holds none of its blocks.
+        add(&mut s, 2, None, 0).lock().journals_in_memory = true;
+        for ino in 3..=2 * INODE_CACHE_LIMIT as u32 {
+            add(&mut s, ino, None, 0);
+        }
+        assert!(!s.inodes.contains_key(&1) && !s.inodes.contains_key(&2));
+        assert_eq!(s.journaling_evicted, HashMap::from([(1, 7)]));
     }
 
     #[test]

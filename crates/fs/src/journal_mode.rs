@@ -24,10 +24,12 @@
 //!   older journaled copy (the paper's T1/T2 reordering). The file's blocks then leave the
 //!   buffer cache, where journaled data lives, because ordered data lives in pages.
 //!
-//! - **for barriers**: an ordered file that gets an fbarrier or fdatabarrier journals its
-//!   data from then on, in memory only (`InodeInfo::journals_for_barriers`,
-//!   [`journal_for_barriers`]), so its barriers are ordered by the journal
-//!   (`crate::epochs`); whatever its flags say, it stays journaled while in memory.
+//! - **in memory**: an ordered file that gets an fbarrier or fdatabarrier, or is fsync'd
+//!   after small appends, journals its data for a while, in memory only
+//!   (`InodeInfo::journals_in_memory`, [`journal_in_memory`]), so its barriers are
+//!   ordered by the journal (`crate::epochs`) and its small syncs cost one flush
+//!   (`crate::sync_journaling`); whatever its flags say, it journals until
+//!   [`stop_journaling_in_memory`] finds the checkpoint past its last journaled block.
 //!
 //! Blocks freed from a data-journaled file are revoked (`Tx::forget_block`, on every block
 //! the allocator frees: the journal records a revoke whenever a copy of the block is in
@@ -63,15 +65,15 @@ pub(crate) fn journals_data(options: &MountOptions, raw: &Inode) -> bool {
 
 impl FsInner {
     /// Whether the file `info` describes journals its data: by its flags and the mount
-    /// ([`journals_data`]), or since a barrier ([`journal_for_barriers`]); never without a
+    /// ([`journals_data`]), or since a barrier ([`journal_in_memory`]); never without a
     /// journal, whose `j` flags are kept but ignored (ext4's `ext4_should_journal_data`).
     pub(crate) fn journals_data(&self, info: &InodeInfo) -> bool {
         self.journal.has_log()
-            && (info.journals_for_barriers || journals_data(&self.options, &info.raw))
+            && (info.journals_in_memory || journals_data(&self.options, &info.raw))
     }
 
     /// [`journals_data`] by the flags of `raw` alone, with a journal.
-    fn flags_journal_data(&self, raw: &Inode) -> bool {
+    pub(crate) fn flags_journal_data(&self, raw: &Inode) -> bool {
         self.journal.has_log() && journals_data(&self.options, raw)
     }
 }
@@ -85,8 +87,8 @@ pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsR
     let raw = op.inode(ino).raw.clone();
     let mut after = raw.clone();
     after.set_flags(new_flags);
-    // A file journaling for barriers journals whatever its flags say.
-    let barriers = op.inode(ino).journals_for_barriers;
+    // A file journaling in memory journals whatever its flags say.
+    let barriers = op.inode(ino).journals_in_memory;
     let before_on = barriers || fs.flags_journal_data(&raw);
     let after_on = barriers || fs.flags_journal_data(&after);
     if before_on == after_on || fs.is_read_only() {
@@ -101,14 +103,16 @@ pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsR
     forget_cached_blocks(fs, ino, &raw)
 }
 
-/// From `ino`'s first barrier on (`crate::epochs`), an ordered regular file journals its
-/// data, as if it had the `j` flag, until its inode leaves memory (it stays cached while
-/// this holds, so never while the log may hold a copy of one of its blocks). Nothing on
-/// disk changes: Linux and a later mount see an ordered file, and a clean unmount leaves
-/// no copy in the log. `op` holds `ino` alone; does nothing if the file journals already.
+/// From a barrier (`crate::epochs`) or a synced small append (`crate::sync_journaling`)
+/// on, an ordered regular file journals its data, as if it had the `j` flag, until
+/// [`stop_journaling_in_memory`] (if its inode leaves the cache meanwhile, the cache
+/// remembers this while the log may hold a copy of one of its blocks, `InodeTable`).
+/// Nothing on disk changes: Linux and a later mount see an ordered file, and a clean
+/// unmount leaves no copy in the log. `op` holds `ino` alone; does nothing if the file
+/// journals already.
 ///
-/// Lighter than [`switch_on`], since the barrier's order, not the user's flag, asks for it,
-/// and nothing changes on disk that a concurrent operation could see half-done:
+/// Lighter than [`switch_on`], since jext, not the user's flag, asks for it, and nothing
+/// changes on disk that a concurrent operation could see half-done:
 /// - the file system is not held alone, only the file and its writeback: while this owns
 ///   the writeback, no write of the file's pages is in flight or starts, and every other
 ///   path to its data (reads, writes, truncates, fast commits) holds its inode;
@@ -117,14 +121,14 @@ pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsR
 /// - the flush is needed only if data was written in place since the last one: a page
 ///   dirtied from now on keeps its clean bytes as the base of byte records, which its home
 ///   must hold durably.
-pub(crate) fn journal_for_barriers(op: &mut Op, ino: u32) -> FsResult<()> {
+pub(crate) fn journal_in_memory(op: &mut Op, ino: u32) -> FsResult<()> {
     let fs = op.fs;
-    if !switches_for_barriers(fs, op.inode(ino)) {
+    if !switches_in_memory(fs, op.inode(ino)) {
         return Ok(());
     }
     let _owned = crate::file::own_writeback(op, ino);
     // The inode may have been released while the owner finished.
-    if !op.is_current(ino) || !switches_for_barriers(fs, op.inode(ino)) {
+    if !op.is_current(ino) || !switches_in_memory(fs, op.inode(ino)) {
         return Ok(());
     }
     // Reads that went to the device with the inode released must not keep what they read.
@@ -141,12 +145,48 @@ pub(crate) fn journal_for_barriers(op: &mut Op, ino: u32) -> FsResult<()> {
     // The flush made every write in place durable, and none started since: this owns the
     // writeback.
     info.unflushed_data = false;
-    info.journals_for_barriers = true;
+    info.journals_in_memory = true;
     Ok(())
 }
 
-/// Whether a barrier switches the file `info` describes to journaling its data.
-fn switches_for_barriers(fs: &FsInner, info: &InodeInfo) -> bool {
+/// Takes `ino` (held by `op`) back to the mode its flags and the mount give, if it journals
+/// in memory and the checkpoint has passed every transaction that journaled its data: the
+/// log then holds no copy of its blocks that a replay could put over a later write in
+/// place. Returns whether the file journals in memory still.
+pub(crate) fn stop_journaling_in_memory(op: &mut Op, ino: u32) -> FsResult<bool> {
+    let fs = op.fs;
+    let passed = |info: &InodeInfo| {
+        info.journaled_data_tid
+            .is_none_or(|tid| fs.journal.checkpointed_through(tid))
+    };
+    if !op.inode(ino).journals_in_memory {
+        return Ok(false);
+    }
+    if !passed(op.inode(ino)) {
+        return Ok(true);
+    }
+    let _owned = crate::file::own_writeback(op, ino);
+    // Released while the owner finished: a writeback may have journaled since.
+    if !op.is_current(ino) || !op.inode(ino).journals_in_memory {
+        return Ok(false);
+    }
+    if !passed(op.inode(ino)) {
+        return Ok(true);
+    }
+    op.note_data_change(ino);
+    let raw = op.inode(ino).raw.clone();
+    if !fs.flags_journal_data(&raw) {
+        // What the buffer cache holds of its blocks is what their homes hold now, but an
+        // ordered file's data lives in pages, and its reads must not find buffers.
+        forget_cached_blocks(fs, ino, &raw)?;
+    }
+    op.inode_mut(ino).journals_in_memory = false;
+    Ok(false)
+}
+
+/// Whether a barrier or a synced small append switches the file `info` describes to
+/// journaling its data.
+fn switches_in_memory(fs: &FsInner, info: &InodeInfo) -> bool {
     info.is_reg() && !fs.journals_data(info) && fs.journal.has_log() && !fs.is_read_only()
 }
 
@@ -178,7 +218,7 @@ fn start_switch(op: &mut Op, ino: u32) {
 /// not find them; switching on, a buffer of one of them (there should be none) would hold
 /// bytes from before the data written in place, which the journal must not take for the
 /// home block's.
-fn forget_cached_blocks(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<()> {
+pub(crate) fn forget_cached_blocks(fs: &FsInner, ino: u32, raw: &Inode) -> FsResult<()> {
     if raw.flags() & flags::EXTENTS == 0 {
         return Ok(());
     }

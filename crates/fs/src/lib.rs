@@ -41,6 +41,7 @@ pub mod options;
 mod orphan;
 mod privileges;
 mod state;
+mod sync_journaling;
 mod truncate;
 mod tx;
 pub mod types;
@@ -57,7 +58,7 @@ pub use jext_journal::CommitMode;
 pub use journal_mode::FileJournalMode;
 pub use mkfs::{mkfs, MkfsOptions, MkfsReport};
 pub use mount::{MountReport, NO_JOURNAL_NOTE};
-pub use options::{AtimeUpdates, DataMode, ErrorBehavior, IJournal, MountOptions};
+pub use options::{AtimeUpdates, DataMode, ErrorBehavior, IJournal, MountOptions, SmallSyncs};
 pub use types::{
     DirEntry, FallocateMode, FileKind, Ino, PrivilegeDrop, RenameFlags, SetAttr, Stat, StatFs,
     Timestamp, ROOT_INO,

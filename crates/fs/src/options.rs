@@ -63,6 +63,28 @@ pub enum IJournal {
     PerCore,
 }
 
+/// How an fsync of an ordered file makes small appends durable (`small_syncs=`,
+/// `crate::sync_journaling`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SmallSyncs {
+    /// `small_syncs=journal`: the appended data goes in the commit's one write, made
+    /// durable by its one flush; the file journals its data until the checkpoint passed it.
+    #[default]
+    Journal,
+    /// `small_syncs=in_place`: the data is written home and flushed, then a fast commit
+    /// (or a full one) vouches for it, as ext4 does.
+    InPlace,
+}
+
+impl SmallSyncs {
+    pub fn name(self) -> &'static str {
+        match self {
+            SmallSyncs::Journal => "journal",
+            SmallSyncs::InPlace => "in_place",
+        }
+    }
+}
+
 /// When a read moves a file's access time (the mount's `noatime`, `relatime`, `strictatime`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AtimeUpdates {
@@ -117,6 +139,8 @@ pub struct MountOptions {
     pub journal_records: RecordMode,
     /// `ijournal=single` (default) / `ijournal=percore`.
     pub ijournal: IJournal,
+    /// `small_syncs=journal` (default) / `small_syncs=in_place`.
+    pub small_syncs: SmallSyncs,
     /// `io_engine=auto` (default) / `inline` / `threads` / `io_uring`: how writes reach
     /// the device. `auto` takes the device's own queue (the simulator's), else io_uring
     /// on an `O_DIRECT` block device, else a thread pool, each 32 commands deep; `inline`
@@ -152,6 +176,7 @@ impl Default for MountOptions {
             journal_commit: CommitMode::default(),
             journal_records: RecordMode::default(),
             ijournal: IJournal::Single,
+            small_syncs: SmallSyncs::Journal,
             io_engine: EngineKind::Auto,
         }
     }
@@ -282,6 +307,10 @@ impl MountOptions {
             "journal_records" => {
                 let modes = [RecordMode::Bytes, RecordMode::Blocks].map(|m| (m.name(), m));
                 self.journal_records = choice(name, need_value()?, &modes)?
+            }
+            "small_syncs" => {
+                let modes = [SmallSyncs::Journal, SmallSyncs::InPlace].map(|m| (m.name(), m));
+                self.small_syncs = choice(name, need_value()?, &modes)?
             }
             other => return Err(FsError::Invalid(format!("unknown mount option {other:?}"))),
         }
@@ -435,6 +464,10 @@ mod tests {
             let text = format!("journal_records={}", mode.name());
             assert_eq!(MountOptions::parse(&text).unwrap().journal_records, mode);
         }
+        for mode in [SmallSyncs::Journal, SmallSyncs::InPlace] {
+            let text = format!("small_syncs={}", mode.name());
+            assert_eq!(MountOptions::parse(&text).unwrap().small_syncs, mode);
+        }
         for kind in [EngineKind::Inline, EngineKind::Threads, EngineKind::Uring] {
             let text = format!("io_engine={}", kind.name());
             assert_eq!(MountOptions::parse(&text).unwrap().io_engine, kind);
@@ -454,6 +487,7 @@ mod tests {
             ("journal_records=bits", "journal_records=bits"),
             ("ijournal=shared", "ijournal=shared"),
             ("io_engine=aio", "io_engine=aio"),
+            ("small_syncs=never", "small_syncs=never"),
         ] {
             let err = MountOptions::parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text}: {err}");

@@ -131,10 +131,13 @@ pub(crate) struct InodeInfo {
     pub times_queried: AtomicBool,
     /// What it did since it was last empty, for `data=adaptive`.
     pub adaptive: crate::adaptive_journal::FileHistory,
-    /// An ordered file that journals its data since a barrier
-    /// (`journal_mode::journal_for_barriers`); in memory only, and the inode stays cached
-    /// while it is set.
-    pub journals_for_barriers: bool,
+    /// An ordered file that journals its data for now, in memory only
+    /// (`journal_mode::journal_in_memory`): since a barrier (`crate::epochs`) or a synced
+    /// small append (`crate::sync_journaling`). If the inode leaves the cache before the
+    /// checkpoint passed [`InodeInfo::journaled_data_tid`], the cache remembers it.
+    pub journals_in_memory: bool,
+    /// The last transaction that journaled a block of its data.
+    pub journaled_data_tid: Option<Tid>,
 }
 
 impl InodeInfo {
@@ -155,7 +158,8 @@ impl InodeInfo {
             journaled_changes: 0,
             times_queried: AtomicBool::new(false),
             adaptive: Default::default(),
-            journals_for_barriers: false,
+            journals_in_memory: false,
+            journaled_data_tid: None,
         }
     }
 

@@ -14,6 +14,8 @@ use std::sync::Arc;
 const A: &[u8] = b"written first, ordered by fbarrier";
 const B: &[u8] = b"written second, ordered by fdatabarrier";
 const LATER: &[u8] = b"written after the barriers";
+/// An fsync of more than 16 dirty pages, which goes as a fast commit when it can.
+const LARGE_SYNC_BYTES: usize = 17 * 4096;
 /// Bytes of `/c`, overwritten in place after the barriers: enough to pass the dirty
 /// limits of [`small_cache`], so the writer itself writes them back.
 const C_BYTES: usize = 3 << 20;
@@ -148,15 +150,19 @@ fn barriers_order_on_a_device_that_orders_by_flushing() {
 fn an_fsync_after_a_barrier_commits_in_full() {
     let dev = fresh(false);
     let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    // Syncs larger than a small append, which would journal the data and commit in full
+    // whatever the barrier (`sync_journaling`).
+    let large = vec![b'd'; LARGE_SYNC_BYTES];
     let d = fs.create_file("/d", 0o644).unwrap();
-    d.write_at(0, b"d").unwrap();
+    d.write_at(0, &large).unwrap();
     d.fsync().unwrap();
     let a = fs.create_file("/a", 0o644).unwrap();
     a.write_at(0, A).unwrap();
     a.fbarrier().unwrap();
-    // Appended into a new block: no overwrite in place, which would wait for the
+    // Appended into new blocks: no overwrite in place, which would wait for the
     // barrier's commit and leave the fast commit nothing to overtake.
-    d.write_at(4096, LATER).unwrap();
+    d.write_at(large.len() as u64, &large).unwrap();
+    d.write_at(2 * large.len() as u64, LATER).unwrap();
     d.fsync().unwrap();
     let stats = fs.fast_commit_stats();
     assert_eq!(

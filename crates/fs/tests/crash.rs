@@ -343,7 +343,9 @@ fn replay_takes_an_inode_it_deletes_off_the_orphan_list() {
         reused,
         "the scenario needs the orphan's number handed out again"
     );
-    second.write_at(0, &[2; 3000]).unwrap();
+    // More than a small append, which would journal its data and commit in full
+    // (`sync_journaling`): this fsync must go as a fast commit.
+    second.write_at(0, &vec![2; 17 * 4096]).unwrap();
     second.fsync().unwrap();
     drop(second);
     fs.unlink(root, b"journal").unwrap();

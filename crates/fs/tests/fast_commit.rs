@@ -7,7 +7,7 @@ mod common;
 
 use common::{assert_e2fsck_clean, run, LoopMount, Scratch};
 use jext_device::FileDevice;
-use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions};
+use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions, SmallSyncs};
 use jext_journal::RecordMode;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,6 +25,8 @@ fn jext_image(path: &Path, size_bytes: u64) {
 /// of whole blocks: Linux and debugfs refuse a log of byte records (the default).
 fn mount(image: &Path) -> Fs {
     let options = MountOptions {
+        // Every synced append as an i-transaction, not journaled (`small_syncs=journal`).
+        small_syncs: SmallSyncs::InPlace,
         commit_interval_ms: 3_600_000,
         journal_records: RecordMode::Blocks,
         ..MountOptions::default()

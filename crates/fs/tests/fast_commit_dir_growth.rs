@@ -14,7 +14,7 @@ mod common;
 
 use common::{dentry, e2fsck, logged_inode, mkfs_ext4, pend_fast_commits, LoopMount, Scratch};
 use jext_device::{FileDevice, SimDevice};
-use jext_fs::{fsck, mkfs, CommitMode, Fs, IJournal, MkfsOptions, MountOptions};
+use jext_fs::{fsck, mkfs, CommitMode, Fs, IJournal, MkfsOptions, MountOptions, SmallSyncs};
 use jext_journal::format::fast_commit::FcRecord;
 use jext_journal::RecordMode;
 use std::os::unix::fs::MetadataExt;
@@ -52,6 +52,8 @@ fn name(i: usize) -> String {
 
 fn options(ijournal: IJournal) -> MountOptions {
     MountOptions {
+        // Every synced append as an i-transaction, not journaled (`small_syncs=journal`).
+        small_syncs: SmallSyncs::InPlace,
         commit_interval_ms: 3_600_000,
         ijournal,
         // What Linux replays: classic commits of whole blocks.

@@ -8,7 +8,7 @@ mod common;
 
 use common::{assert_e2fsck_clean, Scratch};
 use jext_device::FileDevice;
-use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions};
+use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions, SmallSyncs};
 use std::sync::Arc;
 
 const THREADS: usize = 2;
@@ -32,6 +32,8 @@ fn grouped_fast_commits_recover_every_fsynced_append() {
     };
     mkfs(dev, &mkfs_options).unwrap();
     let options = MountOptions {
+        // Every synced append as an i-transaction, not journaled (`small_syncs=journal`).
+        small_syncs: SmallSyncs::InPlace,
         commit_interval_ms: 3_600_000,
         ..MountOptions::default()
     };

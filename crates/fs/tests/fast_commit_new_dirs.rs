@@ -11,7 +11,7 @@ mod common;
 
 use common::{assert_e2fsck_clean, dentry, e2fsck, logged_inode, pend_fast_commits, run, Scratch};
 use jext_device::{FileDevice, SimDevice};
-use jext_fs::{mkfs, CommitMode, Fs, IJournal, MkfsOptions, MountOptions, ROOT_INO};
+use jext_fs::{mkfs, CommitMode, Fs, IJournal, MkfsOptions, MountOptions, SmallSyncs, ROOT_INO};
 use jext_journal::format::fast_commit::FcRecord;
 use std::path::Path;
 use std::process::Command;
@@ -19,6 +19,8 @@ use std::sync::Arc;
 
 fn options(ijournal: IJournal) -> MountOptions {
     MountOptions {
+        // Every synced append as an i-transaction, not journaled (`small_syncs=journal`).
+        small_syncs: SmallSyncs::InPlace,
         commit_interval_ms: 3_600_000,
         ijournal,
         ..MountOptions::default()
@@ -178,6 +180,8 @@ fn linux_replays_a_new_directory_with_its_group_count_one_short() {
         return;
     }
     let opts = MountOptions {
+        // Every synced append as an i-transaction, not journaled (`small_syncs=journal`).
+        small_syncs: SmallSyncs::InPlace,
         journal_commit: CommitMode::Classic,
         ..MountOptions::default()
     };

@@ -9,27 +9,24 @@ mod common;
 
 use common::fresh_sim_fs as fresh;
 use jext_device::SimDevice;
-use jext_fs::{fsck, FileJournalMode, Fs, MountOptions};
+use jext_fs::{FileJournalMode, Fs, MountOptions, SmallSyncs};
 use std::sync::Arc;
 
 const BLOCK: usize = 4096;
 
+/// Only the flags decide: an ordered file's small synced appends go in place, not through
+/// the journal for a while (`small_syncs=journal`, the default).
 fn mount(dev: Arc<SimDevice>) -> Fs {
-    Fs::open(dev, MountOptions::default()).expect("mounts")
+    let options = MountOptions {
+        small_syncs: SmallSyncs::InPlace,
+        ..MountOptions::default()
+    };
+    Fs::open(dev, options).expect("mounts")
 }
 
 /// What `path` holds after recovery on `dev`, and an fsck of the recovered image.
 fn recovered(dev: SimDevice, path: &str) -> Vec<u8> {
-    let dev = Arc::new(dev);
-    let fs = mount(dev.clone());
-    let f = fs.open_file(path).expect("the file survives");
-    let size = f.stat().unwrap().size as usize;
-    let data = f.read_at(0, size).unwrap();
-    drop(f);
-    fs.unmount().unwrap();
-    let report = fsck(dev).unwrap();
-    assert!(report.is_clean(), "fsck after recovery: {report:?}");
-    data
+    common::recovered_content(dev, path, MountOptions::default())
 }
 
 fn pattern(byte: u8, blocks: usize) -> Vec<u8> {

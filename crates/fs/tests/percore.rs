@@ -11,7 +11,7 @@ mod common;
 use common::{assert_e2fsck_clean, LoopMount, Scratch};
 use jext_device::{Preset, SimDevice};
 use jext_fs::debug::DebugWhat;
-use jext_fs::{mkfs, Fs, IJournal, MkfsOptions, MountOptions};
+use jext_fs::{mkfs, Fs, IJournal, MkfsOptions, MountOptions, SmallSyncs};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +22,8 @@ const CHUNK: usize = 4096;
 
 fn options(ijournal: IJournal) -> MountOptions {
     MountOptions {
+        // Every synced append as an i-transaction, not journaled (`small_syncs=journal`).
+        small_syncs: SmallSyncs::InPlace,
         commit_interval_ms: 3_600_000,
         ijournal,
         ..MountOptions::default()

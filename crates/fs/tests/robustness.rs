@@ -309,8 +309,10 @@ fn an_io_error_aborts_the_journal_and_keeps_what_committed() {
     kept.fsync().unwrap();
     drop(kept);
     dev.inject(SimFault::FailWritesAfter(0));
+    // More than a small append, whose fsync would journal it (`sync_journaling`): the
+    // data goes in place and its write fails.
     let f = fs.create_file("/lost", 0o644).unwrap();
-    f.write_at(0, &vec![5u8; 10_000]).unwrap();
+    f.write_at(0, &vec![5u8; 100_000]).unwrap();
     let err = f.fsync().unwrap_err();
     assert_eq!(err.errno(), libc::EIO, "{err}");
     // A failed data write changes no metadata (its blocks stay unwritten, its pages
@@ -343,8 +345,10 @@ fn an_io_error_aborts_the_journal_and_keeps_what_committed() {
 fn a_failed_overwrite_in_place_stays_dirty_for_the_next_fsync() {
     let dev = fresh(32 << 20);
     let fs = mount(&dev).unwrap();
+    // More than a small append, whose fsync would journal the file's data for a while
+    // (`sync_journaling`): the file stays ordered.
     let f = fs.create_file("/f", 0o644).unwrap();
-    f.write_at(0, &[1u8; 8192]).unwrap();
+    f.write_at(0, &[1u8; 17 * 4096]).unwrap();
     f.fsync().unwrap();
     f.write_at(4096, &[2u8; 4096]).unwrap();
     dev.inject(SimFault::FailWritesAfter(0));

@@ -23,6 +23,6 @@ pub use jext_fs::debug::{dump, DebugWhat};
 pub use jext_fs::{
     fsck, mkfs, CommitMode, DataMode, DirEntry, ErrorBehavior, FallocateMode, FastCommitStats,
     File, FileJournalMode, FileKind, Fs, FsError, FsResult, FsckReport, IJournal, Ino, MkfsOptions,
-    MkfsReport, MountOptions, MountReport, RenameFlags, SetAttr, Stat, StatFs, Timestamp,
-    XattrSetMode, NO_JOURNAL_NOTE, ROOT_INO,
+    MkfsReport, MountOptions, MountReport, RenameFlags, SetAttr, SmallSyncs, Stat, StatFs,
+    Timestamp, XattrSetMode, NO_JOURNAL_NOTE, ROOT_INO,
 };

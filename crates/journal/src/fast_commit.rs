@@ -66,6 +66,13 @@ impl Drop for FsyncUnderWay<'_> {
     }
 }
 
+impl FastCommitArea {
+    /// fsyncs between their start and their return (`FsyncUnderWay`).
+    pub(crate) fn fsyncs_under_way(&self) -> usize {
+        self.state.lock().under_way
+    }
+}
+
 /// The area's state: which tid it holds and where the next fast commit goes.
 pub(crate) struct FastCommitArea {
     /// First journal block of the area and its length (0 without the feature).

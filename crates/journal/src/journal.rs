@@ -247,6 +247,8 @@ pub(crate) struct State {
     /// The commit thread waits for log room: the checkpoint's home writes then stop
     /// yielding to other IO (everyone waits for them).
     pub(crate) commit_waits_for_room: bool,
+    /// fsyncs batching into one full commit (`crate::sync_batch`).
+    pub(crate) sync_batch: crate::sync_batch::SyncBatch,
     pub(crate) stats: JournalStats,
 }
 
@@ -294,6 +296,7 @@ impl State {
             helpers_stop: false,
             checkpoint_requested: false,
             commit_waits_for_room: false,
+            sync_batch: Default::default(),
             stats: JournalStats::default(),
         }
     }
@@ -611,10 +614,17 @@ impl Journal {
         }
     }
 
-    /// fsync: commits transaction `tid` (if it is not committed yet) and waits until its
-    /// commit block is durable.
+    /// Commits transaction `tid` (if it is not committed yet) and waits until its commit
+    /// block is durable.
     pub fn commit_and_wait(&self, tid: Tid) -> Result<(), JournalError> {
         self.shared.wait_for(tid, true)
+    }
+
+    /// fsync's full commit: [`Journal::commit_and_wait`], after waiting briefly for other
+    /// fsyncs under way to join the transaction (`crate::sync_batch`). The caller holds
+    /// an [`Journal::fsync_under_way`].
+    pub fn fsync_commit(&self, tid: Tid) -> Result<(), JournalError> {
+        self.shared.fsync_commit(tid)
     }
 
     /// fbarrier / fdatabarrier: commits transaction `tid` and waits only until its commit
@@ -721,6 +731,14 @@ impl Journal {
     /// The last transaction whose commit is durable.
     pub fn committed_tid(&self) -> Tid {
         self.shared.committed_tid.load(Ordering::Acquire)
+    }
+
+    /// Whether transaction `tid` and every earlier one are durable and checkpointed: the
+    /// log holds no copy of a block that only they logged, and every block they logged is
+    /// at home (a later transaction may log one of them again).
+    pub fn checkpointed_through(&self, tid: Tid) -> bool {
+        let st = self.shared.state.lock();
+        tid_geq(st.committed, tid) && st.in_log.front().is_none_or(|t| tid_gt(t.tid, tid))
     }
 
     /// The last transaction whose commit block was dispatched in order (it may not be
@@ -900,7 +918,7 @@ fn join(thread: JoinHandle<()>, name: &str) -> Result<(), JournalError> {
 
 /// Asks for transaction `tid` to be committed, and to be made durable (`durable`) or only
 /// dispatched in order; wakes the thread that has work because of it, and only that one.
-fn request_commit(shared: &Shared, st: &mut State, tid: Tid, durable: bool) {
+pub(crate) fn request_commit(shared: &Shared, st: &mut State, tid: Tid, durable: bool) {
     if tid_gt(tid, st.dispatched) && st.commit_requested.is_none_or(|r| tid_gt(tid, r)) {
         st.commit_requested = Some(tid);
         shared.commit_wake.notify_one();

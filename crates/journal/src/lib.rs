@@ -23,6 +23,7 @@ pub mod journal;
 mod log;
 pub mod percore;
 pub mod recovery;
+mod sync_batch;
 pub mod tid;
 
 pub use area::{AreaRun, JournalArea};

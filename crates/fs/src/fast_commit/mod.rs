@@ -60,6 +60,9 @@ pub enum Ineligible {
     NoArea,
     /// The mount is `data=journal` or the file is `chattr +j`.
     DataJournaled,
+    /// An ordered file journals its data for now (`crate::sync_journaling`, or since a
+    /// barrier): its fsync commits the data with the transaction, in one flush.
+    JournalsInMemory,
     /// A directory, symlink or special file.
     NotRegular,
     Rename,
@@ -96,6 +99,7 @@ impl Ineligible {
         match self {
             Ineligible::NoArea => "no_fast_commit_area",
             Ineligible::DataJournaled => "data_journaled",
+            Ineligible::JournalsInMemory => "journals_in_memory",
             Ineligible::NotRegular => "not_regular_file",
             Ineligible::Rename => "rename",
             Ineligible::Link => "link",
@@ -695,6 +699,9 @@ fn eligible(fs: &FsInner, info: &InodeInfo, ino: u32) -> Result<(), Ineligible> 
     let mut fc = fs.fc.lock();
     if fc.orphan_changed(ino, durable) || info.raw.links_count() == 0 {
         return Err(Ineligible::Orphan);
+    }
+    if info.journals_in_memory {
+        return Err(Ineligible::JournalsInMemory);
     }
     if fs.journals_data(info) {
         return Err(Ineligible::DataJournaled);

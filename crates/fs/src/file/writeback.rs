@@ -574,5 +574,7 @@ fn journal_pages(
         tx.mark_datasync(ino);
         tx.fs.pages.lock().mark_clean(ino, index + i);
     }
+    let tid = tx.tid();
+    tx.op.inode_mut(ino).journaled_data_tid = Some(tid);
     Ok(())
 }

@@ -51,6 +51,25 @@ pub fn fresh_sim_fs() -> std::sync::Arc<jext_device::SimDevice> {
     dev
 }
 
+/// What `path` holds after recovery of `dev` (a crash state) mounted with `options`;
+/// the recovered image must pass fsck.
+pub fn recovered_content(
+    dev: jext_device::SimDevice,
+    path: &str,
+    options: MountOptions,
+) -> Vec<u8> {
+    let dev = std::sync::Arc::new(dev);
+    let fs = Fs::open(dev.clone(), options).expect("recovery mounts");
+    let f = fs.open_file(path).expect("the file survives");
+    let size = f.stat().unwrap().size as usize;
+    let data = f.read_at(0, size).unwrap();
+    drop(f);
+    fs.unmount().unwrap();
+    let report = jext_fs::fsck(dev).unwrap();
+    assert!(report.is_clean(), "fsck after recovery: {report:?}");
+    data
+}
+
 /// Runs a command and panics with its output if it fails.
 pub fn run(cmd: &str, args: &[&str]) -> String {
     let out = Command::new(cmd)

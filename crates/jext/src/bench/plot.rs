@@ -379,6 +379,7 @@ mod tests {
             fast_commit: true,
             commit: CommitMode::SingleIo,
             records: jext_journal::RecordMode::Bytes,
+            small_syncs: jext::SmallSyncs::Journal,
         };
         let samples = [
             sample(EXT4_ORDERED, latencies(800)),

@@ -995,6 +995,7 @@ mod tests {
             fast_commit: true,
             commit: CommitMode::SingleIo,
             records: jext_journal::RecordMode::Bytes,
+            small_syncs: jext::SmallSyncs::Journal,
         };
         let samples = vec![
             latency(EXT4_ORDERED, 2_000_000, 40),
@@ -1116,6 +1117,7 @@ mod tests {
             fast_commit: true,
             commit: CommitMode::SingleIo,
             records: jext_journal::RecordMode::Bytes,
+            small_syncs: jext::SmallSyncs::Journal,
         };
         let mut samples = Vec::new();
         for (n, jext_rate, ext4_rate) in [(1, 1000.0, 500.0), (8, 4000.0, 1000.0)] {

@@ -12,7 +12,10 @@
 
 use super::experiments::path_str;
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
-use jext::{mkfs, CommitMode, DataMode, FileJournalMode, Fs, IJournal, MkfsOptions, MountOptions};
+use jext::{
+    mkfs, CommitMode, DataMode, FileJournalMode, Fs, IJournal, MkfsOptions, MountOptions,
+    SmallSyncs,
+};
 use jext_device::{LatencyModel, Preset, SimDevice};
 use jext_fuse::requests::DaemonStats;
 use jext_io::EngineKind;
@@ -48,6 +51,8 @@ pub enum System {
         fast_commit: bool,
         commit: CommitMode,
         records: RecordMode,
+        /// How an ordered file's small synced appends go (`small_syncs=`).
+        small_syncs: SmallSyncs,
     },
     /// jext through the library in data=ordered with `ijournal=percore`: fsyncs write
     /// i-transactions to per-core rings (iJournaling's per-core areas, Fig. 9).
@@ -120,6 +125,7 @@ impl System {
                 fast_commit,
                 commit,
                 records,
+                small_syncs,
             } => {
                 let on = backing_name(*backing);
                 let classic = if *fast_commit { "" } else { " -O ^fast_commit" };
@@ -133,7 +139,14 @@ impl System {
                     RecordMode::Bytes => String::new(),
                     other => format!(" journal_records={}", other.name()),
                 };
-                format!("jext {}{commit}{classic} ({on}){records}", mode_name(*mode))
+                let small_syncs = match small_syncs {
+                    SmallSyncs::Journal => String::new(),
+                    other => format!(" small_syncs={}", other.name()),
+                };
+                format!(
+                    "jext {}{commit}{classic} ({on}){records}{small_syncs}",
+                    mode_name(*mode)
+                )
             }
             System::JextPercore { backing } => format!(
                 "jext data=ordered ijournal=percore ({})",
@@ -226,6 +239,7 @@ impl System {
                     fast_commit,
                     commit,
                     records,
+                    small_syncs,
                     ..
                 },
                 dev,
@@ -235,14 +249,17 @@ impl System {
                     data_mode: *mode,
                     journal_commit: *commit,
                     journal_records: *records,
+                    small_syncs: *small_syncs,
                     ..MountOptions::default()
                 };
                 Target::Jext(open_jext(&path, *fast_commit, options)?)
             }
             (System::JextPercore { .. }, dev) => {
                 let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
+                // Every fsync an i-transaction can carry goes to the rings.
                 let options = MountOptions {
                     ijournal: IJournal::PerCore,
+                    small_syncs: SmallSyncs::InPlace,
                     ..MountOptions::default()
                 };
                 Target::Jext(open_jext(&path, true, options)?)
@@ -703,6 +720,7 @@ mod tests {
             fast_commit: true,
             commit: CommitMode::SingleIo,
             records: jext_journal::RecordMode::Bytes,
+            small_syncs: SmallSyncs::Journal,
         };
         assert_eq!(s.name(), "jext data=journal (loop)");
         assert!(s.needs_root());
