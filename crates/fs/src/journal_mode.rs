@@ -65,7 +65,7 @@ pub(crate) fn journals_data(options: &MountOptions, raw: &Inode) -> bool {
 
 impl FsInner {
     /// Whether the file `info` describes journals its data: by its flags and the mount
-    /// ([`journals_data`]), or since a barrier ([`journal_in_memory`]); never without a
+    /// ([`journals_data`]), or for now in memory ([`journal_in_memory`]); never without a
     /// journal, whose `j` flags are kept but ignored (ext4's `ext4_should_journal_data`).
     pub(crate) fn journals_data(&self, info: &InodeInfo) -> bool {
         self.journal.has_log()
@@ -88,9 +88,9 @@ pub(crate) fn prepare_flags_change(op: &mut Op, ino: u32, new_flags: u32) -> FsR
     let mut after = raw.clone();
     after.set_flags(new_flags);
     // A file journaling in memory journals whatever its flags say.
-    let barriers = op.inode(ino).journals_in_memory;
-    let before_on = barriers || fs.flags_journal_data(&raw);
-    let after_on = barriers || fs.flags_journal_data(&after);
+    let in_memory = op.inode(ino).journals_in_memory;
+    let before_on = in_memory || fs.flags_journal_data(&raw);
+    let after_on = in_memory || fs.flags_journal_data(&after);
     if before_on == after_on || fs.is_read_only() {
         return Ok(());
     }
@@ -152,26 +152,20 @@ pub(crate) fn journal_in_memory(op: &mut Op, ino: u32) -> FsResult<()> {
 /// Takes `ino` (held by `op`) back to the mode its flags and the mount give, if it journals
 /// in memory and the checkpoint has passed every transaction that journaled its data: the
 /// log then holds no copy of its blocks that a replay could put over a later write in
-/// place. Returns whether the file journals in memory still.
-pub(crate) fn stop_journaling_in_memory(op: &mut Op, ino: u32) -> FsResult<bool> {
+/// place; otherwise leaves it journaling.
+pub(crate) fn stop_journaling_in_memory(op: &mut Op, ino: u32) -> FsResult<()> {
     let fs = op.fs;
     let passed = |info: &InodeInfo| {
         info.journaled_data_tid
             .is_none_or(|tid| fs.journal.checkpointed_through(tid))
     };
-    if !op.inode(ino).journals_in_memory {
-        return Ok(false);
-    }
-    if !passed(op.inode(ino)) {
-        return Ok(true);
+    if !op.inode(ino).journals_in_memory || !passed(op.inode(ino)) {
+        return Ok(());
     }
     let _owned = crate::file::own_writeback(op, ino);
     // Released while the owner finished: a writeback may have journaled since.
-    if !op.is_current(ino) || !op.inode(ino).journals_in_memory {
-        return Ok(false);
-    }
-    if !passed(op.inode(ino)) {
-        return Ok(true);
+    if !op.is_current(ino) || !op.inode(ino).journals_in_memory || !passed(op.inode(ino)) {
+        return Ok(());
     }
     op.note_data_change(ino);
     let raw = op.inode(ino).raw.clone();
@@ -181,7 +175,7 @@ pub(crate) fn stop_journaling_in_memory(op: &mut Op, ino: u32) -> FsResult<bool>
         forget_cached_blocks(fs, ino, &raw)?;
     }
     op.inode_mut(ino).journals_in_memory = false;
-    Ok(false)
+    Ok(())
 }
 
 /// Whether a barrier or a synced small append switches the file `info` describes to

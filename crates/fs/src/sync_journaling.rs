@@ -63,7 +63,7 @@ pub(crate) fn choose(op: &mut Op, ino: u32) -> FsResult<()> {
     let small_append = small_append && fs.options.small_syncs == SmallSyncs::Journal;
     match (info.journals_in_memory, small_append) {
         (false, true) => journal_in_memory(op, ino),
-        (true, false) => stop_journaling_in_memory(op, ino).map(drop),
+        (true, false) => stop_journaling_in_memory(op, ino),
         _ => Ok(()),
     }
 }
