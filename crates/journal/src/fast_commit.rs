@@ -182,16 +182,22 @@ impl AreaState {
 
     /// Folds one group's write time into the moving average (an eighth of the new one).
     fn note_write_time(&mut self, took: Duration) {
-        self.average_write = match self.average_write.is_zero() {
-            true => took,
-            false => (self.average_write * 7 + took) / 8,
-        };
+        self.average_write = fold_average(self.average_write, took);
     }
 }
 
 /// The longest an fsync waits for company (JBD2's `max_batch_time` is 15 ms; a fast
 /// commit on a slow disk must not wait that long alone).
-const MAX_BATCH_WAIT: Duration = Duration::from_millis(5);
+pub(crate) const MAX_BATCH_WAIT: Duration = Duration::from_millis(5);
+
+/// `average` (zero: none yet) with `took` folded in for an eighth: the moving average the
+/// group commits wait from.
+pub(crate) fn fold_average(average: Duration, took: Duration) -> Duration {
+    match average.is_zero() {
+        true => took,
+        false => (average * 7 + took) / 8,
+    }
+}
 
 /// Writes fast commit `ticket` (tickets are handed out 0, 1, 2, ... by the caller, and
 /// every ticket must be passed here exactly once, even when there is nothing to write).

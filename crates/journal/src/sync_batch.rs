@@ -13,18 +13,16 @@
 //! full (a fast commit) still counts as coming: the others then wait their half average.
 //!
 //! Promises: a lone fsync (no other under way) never waits; no fsync waits more than once,
-//! nor longer than half an average commit (at most [`MAX_BATCH_WAIT`]); the last fsync
-//! of a batch to arrive starts the commit at once and wakes the others. Must never: wait
-//! while holding anything but the journal's state lock, which the wait releases.
+//! nor longer than half an average commit (at most fast commits' `MAX_BATCH_WAIT`, 5 ms);
+//! the last fsync of a batch to arrive starts the commit at once and wakes the others.
+//! Must never: wait while holding anything but the journal's state lock, which the wait
+//! releases.
 
+use crate::fast_commit::{fold_average, MAX_BATCH_WAIT};
 use crate::journal::{request_commit, Shared, State};
 use crate::tid::{tid_geq, Tid};
 use parking_lot::MutexGuard;
 use std::time::{Duration, Instant};
-
-/// The longest a full commit waits for company (JBD2's `max_batch_time` is 15 ms; one
-/// commit on a slow disk must not wait that long alone).
-const MAX_BATCH_WAIT: Duration = Duration::from_millis(5);
 
 /// What the state keeps for batching.
 #[derive(Default)]
@@ -90,10 +88,7 @@ impl SyncBatch {
 
     /// Folds one commit's time into the moving average (an eighth of the new one).
     fn note_commit(&mut self, took: Duration) {
-        self.average_commit = match self.average_commit.is_zero() {
-            true => took,
-            false => (self.average_commit * 7 + took) / 8,
-        };
+        self.average_commit = fold_average(self.average_commit, took);
     }
 }
 
