@@ -149,6 +149,18 @@ impl Experiment {
         if matches!(system, System::Block(_)) != (self == Experiment::IoOrder) {
             return false;
         }
+        // On a simulated device: what BarrierFS measured at the file system (Table 1,
+        // Fig. 9, Fig. 13), where a device's flush and barrier costs decide the figure.
+        if system.on_simulator() {
+            return matches!(
+                self,
+                Experiment::FsyncLatency
+                    | Experiment::OrderedWrite
+                    | Experiment::IoPerFsync
+                    | Experiment::Dwsl
+                    | Experiment::IoOrder
+            );
+        }
         match self {
             Experiment::Memory => matches!(system, System::Jext { .. }),
             // Programs need a path: a kernel or FUSE mount.
@@ -491,14 +503,7 @@ pub fn systems(root: bool) -> Vec<System> {
     ];
     if root {
         all.push(System::RawLoop);
-        all.extend(modes.map(|mode| System::Jext {
-            mode,
-            backing: Backing::Loop,
-            fast_commit: true,
-            commit: CommitMode::SingleIo,
-            records: jext_journal::RecordMode::Bytes,
-            small_syncs: SmallSyncs::Journal,
-        }));
+        all.extend(modes.map(|mode| System::jext(mode, Backing::Loop)));
         // Small synced appends written in place before a fast commit, as ext4 does,
         // instead of journaled (`small_syncs=in_place`, issue 12 item 4).
         all.push(System::Jext {
@@ -589,9 +594,16 @@ pub fn systems(root: bool) -> Vec<System> {
         all.push(JEXT_SMALL_SYNCS_IN_PLACE);
         all.push(System::Fuse2fs);
     }
+    // BarrierFS's device classes under the whole file system.
+    all.extend(Preset::ALL.map(|preset| System::jext(DataMode::Ordered, Backing::Sim(preset))));
     all.extend(block_systems(root));
     all
 }
+
+/// How many times fewer operations a file system experiment runs on a simulated device:
+/// its commands take [`systems::SIM_SLOWDOWN`] times their class's time, so a plain SSD's
+/// flush takes 50 ms, and 2,000 fsyncs would take minutes per run.
+const SIM_OPS_DIVISOR: usize = 5;
 
 /// The devices of `io-order`: the simulated presets, and each real backing through both
 /// engines the IO layer has for it.
@@ -691,20 +703,25 @@ fn run_one(
         | Experiment::IoOrder => 1 << 30,
     };
     let running = system.set_up(scratch, image_bytes)?;
+    // A simulated flush takes tens of milliseconds (the class's time, slowed down).
+    let ops = |count: usize| match system.on_simulator() {
+        true => (count / SIM_OPS_DIVISOR).max(1),
+        false => count,
+    };
     let measured = match (experiment, variant) {
         (Experiment::Seq, _) => experiments::sequential_write(&running, opts.seq_bytes, 1 << 20)?,
         (Experiment::FsyncLatency, _) => {
-            experiments::allocating_write_fsync(&running, opts.fsync_count, false)?
+            experiments::allocating_write_fsync(&running, ops(opts.fsync_count), false)?
         }
         (Experiment::Memory, _) => experiments::bounded_memory(&running, opts.memory_bytes)?,
         (Experiment::Dwsl, Variant::Threads(n)) => {
-            experiments::dwsl(&running, n, opts.dwsl_ops_per_thread)?
+            experiments::dwsl(&running, n, ops(opts.dwsl_ops_per_thread))?
         }
         (Experiment::FsyncTail, Variant::Background(rate)) => {
             experiments::fsync_tail(&running, opts.tail_count, rate)?
         }
         (Experiment::OrderedWrite | Experiment::IoPerFsync, Variant::Writes(placement, after)) => {
-            experiments::synced_writes(&running, placement, after, opts.fsync_count)?
+            experiments::synced_writes(&running, placement, after, ops(opts.fsync_count))?
         }
         (Experiment::Untar, _) => experiments::untar(&running, &opts.dir)?,
         (Experiment::Varmail, _) => {

@@ -67,21 +67,25 @@ pub fn draw(
             continue;
         };
         let panels = report::headlines(samples, experiment);
-        if panels.is_empty() {
-            continue;
-        }
         let name = experiment.name();
-        let title = format!("{name}: {} vs ext4 data=ordered", metric.unit);
-        let size = grid_size(
-            panels.len(),
-            (760, 90 + BAR_ROW_PX * panels[0].1.len() as u32),
-        );
-        let ratio = Figure::Ratio {
-            title,
-            metric,
-            panels: &panels,
-        };
-        written.extend(both_formats(dir, &format!("{name}-ratio"), size, &ratio)?);
+        // Systems on the simulator alone have nothing to put beside ext4.
+        if panels
+            .iter()
+            .flat_map(|(_, bars)| bars)
+            .any(|b| b.vs_ext4.is_some())
+        {
+            let title = format!("{name}: {} vs ext4 data=ordered", metric.unit);
+            let size = grid_size(
+                panels.len(),
+                (760, 90 + BAR_ROW_PX * panels[0].1.len() as u32),
+            );
+            let ratio = Figure::Ratio {
+                title,
+                metric,
+                panels: &panels,
+            };
+            written.extend(both_formats(dir, &format!("{name}-ratio"), size, &ratio)?);
+        }
         if matches!(experiment, Experiment::FsyncLatency | Experiment::FsyncTail) {
             let panels = latency_panels(samples, experiment);
             let cdf = Figure::Cdf {

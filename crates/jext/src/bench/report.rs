@@ -208,6 +208,12 @@ fn reference<'a>(rows: &'a [Aggregate<'a>], wanted: &System) -> Option<&'a Aggre
     rows.iter().find(|r| r.system == wanted)
 }
 
+/// A reference figure from real storage (ext4, the raw loop device), as `row` may be
+/// compared with it: never a system on a simulated device.
+fn real_reference(row: &System, figure: Option<f64>) -> Option<f64> {
+    figure.filter(|_| !row.on_simulator())
+}
+
 pub const EXT4_ORDERED: System = System::Ext4 {
     options: "data=ordered",
     features: "",
@@ -272,7 +278,7 @@ pub fn headlines(samples: &[Sample], experiment: Experiment) -> Vec<(Variant, Ve
                     Headline {
                         system: row.system.clone(),
                         value,
-                        vs_ext4: value.and_then(|v| ratio(v, ext4)),
+                        vs_ext4: value.and_then(|v| ratio(v, real_reference(row.system, ext4))),
                     }
                 })
                 .collect();
@@ -541,6 +547,7 @@ fn rate_table(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)])
                 let (Some(mine), ext4) = (rate(rows, row.system), rate(rows, &EXT4_ORDERED)) else {
                     return "–".to_string();
                 };
+                let ext4 = real_reference(row.system, ext4);
                 format!("{mine:.0} ({})", fmt_ratio(ratio(mine, ext4)))
             })
             .collect();
@@ -625,7 +632,7 @@ fn ops_grid(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)]) {
             row.system.name(),
             cells.join(" | "),
             fmt_ratio(tail.and_then(|t| ratio(t, head))),
-            fmt_ratio(tail.and_then(|t| ratio(t, ext4))),
+            fmt_ratio(tail.and_then(|t| ratio(t, real_reference(row.system, ext4)))),
         );
     }
 }
@@ -826,8 +833,8 @@ fn latency_table(out: &mut String, rows: &[Aggregate]) {
             l.p99_us,
             l.p999_us,
             l.p9999_us,
-            fmt_ratio(ratio(l.mean_us, ext4)),
-            fmt_ratio(ratio(l.mean_us, raw)),
+            fmt_ratio(ratio(l.mean_us, real_reference(row.system, ext4))),
+            fmt_ratio(ratio(l.mean_us, real_reference(row.system, raw))),
             io_cells.join(" | "),
         );
     }
@@ -951,7 +958,7 @@ fn io_json(io: &Option<IoCounts>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jext::{CommitMode, DataMode};
+    use jext::DataMode;
 
     fn latency(system: System, ns: u64, writes: u64) -> Sample {
         Sample {
@@ -989,14 +996,7 @@ mod tests {
 
     #[test]
     fn ratios_are_against_ext4_ordered_and_failures_are_named() {
-        let jext = System::Jext {
-            mode: DataMode::Ordered,
-            backing: Backing::Loop,
-            fast_commit: true,
-            commit: CommitMode::SingleIo,
-            records: jext_journal::RecordMode::Bytes,
-            small_syncs: jext::SmallSyncs::Journal,
-        };
+        let jext = System::jext(DataMode::Ordered, Backing::Loop);
         let samples = vec![
             latency(EXT4_ORDERED, 2_000_000, 40),
             latency(jext.clone(), 1_000_000, 30),
@@ -1014,6 +1014,27 @@ mod tests {
         assert!(jext_row.contains("| 0.50× | – |"), "{jext_row}");
         assert!(jext_row.contains("| 3.00 | 12.0 | 1.00 |"), "{jext_row}");
         assert!(text.contains("raw loop (O_DIRECT) failed: losetup failed"));
+    }
+
+    #[test]
+    fn a_system_on_the_simulator_is_never_compared_with_real_storage() {
+        let on_sim = System::jext(
+            DataMode::Ordered,
+            Backing::Sim(jext_device::Preset::PlainSsd),
+        );
+        let samples = vec![
+            latency(EXT4_ORDERED, 2_000_000, 40),
+            latency(System::RawLoop, 500_000, 40),
+            latency(on_sim.clone(), 1_000_000, 30),
+        ];
+        let text = markdown(&samples, &[Experiment::FsyncLatency]);
+        let row = text.lines().find(|l| l.contains("sim plain-ssd")).unwrap();
+        assert!(row.contains("| 1000 | – | – |"), "{row}");
+        let ext4_row = text.lines().find(|l| l.starts_with("| ext4")).unwrap();
+        assert!(ext4_row.contains("| 1.00× | 4.00× |"), "{ext4_row}");
+        let headlines = headlines(&samples, Experiment::FsyncLatency);
+        let sim = headlines[0].1.iter().find(|h| h.system == on_sim).unwrap();
+        assert_eq!((sim.value, sim.vs_ext4), (Some(1000.0), None));
     }
 
     #[test]
@@ -1111,14 +1132,7 @@ mod tests {
 
     #[test]
     fn dwsl_has_a_column_per_thread_count_and_scales_against_one_thread() {
-        let jext = System::Jext {
-            mode: DataMode::Ordered,
-            backing: Backing::Loop,
-            fast_commit: true,
-            commit: CommitMode::SingleIo,
-            records: jext_journal::RecordMode::Bytes,
-            small_syncs: jext::SmallSyncs::Journal,
-        };
+        let jext = System::jext(DataMode::Ordered, Backing::Loop);
         let mut samples = Vec::new();
         for (n, jext_rate, ext4_rate) in [(1, 1000.0, 500.0), (8, 4000.0, 1000.0)] {
             samples.push(ops(

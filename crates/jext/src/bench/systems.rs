@@ -33,6 +33,10 @@ pub enum Backing {
     File,
     /// A loop device with direct I/O over an image file.
     Loop,
+    /// The simulator with barrier writes, timed by a preset slowed by [`SIM_SLOWDOWN`]:
+    /// BarrierFS's device classes under the whole file system (Table 1, Fig. 9 as ratios
+    /// between one system's own syncs and barriers, since no kernel file system runs there).
+    Sim(Preset),
 }
 
 /// One configuration under test.
@@ -114,6 +118,15 @@ impl BlockTarget {
     }
 }
 
+/// A zeroed simulated device of `bytes` with barrier writes, timed by `preset`.
+fn sim_device(preset: Preset, bytes: u64) -> Arc<dyn jext::BlockDevice> {
+    Arc::new(
+        SimDevice::new(bytes)
+            .with_barrier_write()
+            .with_latency(BlockTarget::sim_model(preset)),
+    )
+}
+
 impl System {
     pub fn name(&self) -> String {
         match self {
@@ -180,12 +193,37 @@ impl System {
         }
     }
 
+    /// jext through the library in `mode` on `backing`, with the default mkfs and mount
+    /// options otherwise.
+    pub fn jext(mode: DataMode, backing: Backing) -> System {
+        System::Jext {
+            mode,
+            backing,
+            fast_commit: true,
+            commit: CommitMode::SingleIo,
+            records: RecordMode::Bytes,
+            small_syncs: SmallSyncs::Journal,
+        }
+    }
+
+    /// Whether the system runs on a simulated device: its figures compare with the same
+    /// system's other variants, never with a system on real storage.
+    pub fn on_simulator(&self) -> bool {
+        matches!(
+            self,
+            System::Jext {
+                backing: Backing::Sim(_),
+                ..
+            } | System::Block(BlockTarget::Sim(_))
+        )
+    }
+
     pub fn needs_root(&self) -> bool {
         !matches!(
             self,
             System::RawFile
                 | System::Jext {
-                    backing: Backing::File,
+                    backing: Backing::File | Backing::Sim(_),
                     ..
                 }
                 | System::JextPercore {
@@ -195,14 +233,58 @@ impl System {
         )
     }
 
+    /// The mount options of a system jext runs through the library.
+    fn jext_options(&self) -> MountOptions {
+        match self {
+            System::Jext {
+                mode,
+                commit,
+                records,
+                small_syncs,
+                ..
+            } => MountOptions {
+                data_mode: *mode,
+                journal_commit: *commit,
+                journal_records: *records,
+                small_syncs: *small_syncs,
+                ..MountOptions::default()
+            },
+            // Every fsync an i-transaction can carry goes to the rings.
+            System::JextPercore { .. } => MountOptions {
+                ijournal: IJournal::PerCore,
+                small_syncs: SmallSyncs::InPlace,
+                ..MountOptions::default()
+            },
+            other => unreachable!("{} is not jext through the library", other.name()),
+        }
+    }
+
     /// Makes the system ready on a fresh image of `image_bytes` in `scratch`.
     pub fn set_up(&self, scratch: &Scratch, image_bytes: u64) -> io::Result<Running> {
-        if let System::Block(BlockTarget::Sim(preset)) = self {
-            let sim = SimDevice::new(image_bytes)
-                .with_barrier_write()
-                .with_latency(BlockTarget::sim_model(*preset));
+        let simulated = match self {
+            System::Block(BlockTarget::Sim(preset)) => Some(Target::Block(
+                sim_device(*preset, image_bytes),
+                EngineKind::Native,
+            )),
+            System::Jext {
+                backing: Backing::Sim(preset),
+                fast_commit,
+                ..
+            } => {
+                let device = sim_device(*preset, image_bytes);
+                // The simulator starts zeroed: mkfs need not write its journal out.
+                Some(Target::Jext(open_jext(
+                    device,
+                    *fast_commit,
+                    true,
+                    self.jext_options(),
+                )?))
+            }
+            _ => None,
+        };
+        if let Some(target) = simulated {
             return Ok(Running {
-                target: Target::Block(Arc::new(sim), EngineKind::Native),
+                target,
                 device: None,
                 journaled_dir: None,
                 sync_shim: None,
@@ -233,36 +315,15 @@ impl System {
                     .custom_flags(libc::O_DIRECT)
                     .open(&dev.path)?,
             ),
-            (
-                System::Jext {
-                    mode,
-                    fast_commit,
-                    commit,
-                    records,
-                    small_syncs,
-                    ..
-                },
-                dev,
-            ) => {
+            (System::Jext { fast_commit, .. }, dev) => {
                 let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
-                let options = MountOptions {
-                    data_mode: *mode,
-                    journal_commit: *commit,
-                    journal_records: *records,
-                    small_syncs: *small_syncs,
-                    ..MountOptions::default()
-                };
-                Target::Jext(open_jext(&path, *fast_commit, options)?)
+                let device = jext::open_device(&path, false).map_err(io::Error::other)?;
+                Target::Jext(open_jext(device, *fast_commit, false, self.jext_options())?)
             }
             (System::JextPercore { .. }, dev) => {
                 let path = dev.as_ref().map_or(image.clone(), |d| d.path.clone());
-                // Every fsync an i-transaction can carry goes to the rings.
-                let options = MountOptions {
-                    ijournal: IJournal::PerCore,
-                    small_syncs: SmallSyncs::InPlace,
-                    ..MountOptions::default()
-                };
-                Target::Jext(open_jext(&path, true, options)?)
+                let device = jext::open_device(&path, false).map_err(io::Error::other)?;
+                Target::Jext(open_jext(device, true, false, self.jext_options())?)
             }
             (System::Ext4 { options, features }, Some(dev)) => {
                 mkfs_ext4(dev, features)?;
@@ -399,16 +460,26 @@ pub fn mode_name(mode: DataMode) -> &'static str {
     }
 }
 
-fn backing_name(backing: Backing) -> &'static str {
+fn backing_name(backing: Backing) -> String {
     match backing {
-        Backing::File => "file",
-        Backing::Loop => "loop",
+        Backing::File => "file".into(),
+        Backing::Loop => "loop".into(),
+        Backing::Sim(preset) => format!("sim {}", preset.name()),
     }
 }
 
-fn open_jext(path: &std::path::Path, fast_commit: bool, options: MountOptions) -> io::Result<Fs> {
-    let device = jext::open_device(path, false).map_err(io::Error::other)?;
-    mkfs_jext(Arc::clone(&device), fast_commit)?;
+/// Makes jext on `device` (`zeroed`: the device reads as zeros already) and mounts it.
+fn open_jext(
+    device: Arc<dyn jext::BlockDevice>,
+    fast_commit: bool,
+    zeroed: bool,
+    options: MountOptions,
+) -> io::Result<Fs> {
+    let mkfs_options = MkfsOptions {
+        assume_zeroed: zeroed,
+        ..jext_mkfs_options(fast_commit)
+    };
+    mkfs(Arc::clone(&device), &mkfs_options).map_err(io::Error::other)?;
     Fs::open(device, options).map_err(io::Error::other)
 }
 
@@ -714,14 +785,7 @@ mod tests {
 
     #[test]
     fn names_say_mode_and_backing() {
-        let s = System::Jext {
-            mode: DataMode::Journal,
-            backing: Backing::Loop,
-            fast_commit: true,
-            commit: CommitMode::SingleIo,
-            records: jext_journal::RecordMode::Bytes,
-            small_syncs: SmallSyncs::Journal,
-        };
+        let s = System::jext(DataMode::Journal, Backing::Loop);
         assert_eq!(s.name(), "jext data=journal (loop)");
         assert!(s.needs_root());
         assert!(!System::RawFile.needs_root());
@@ -730,5 +794,22 @@ mod tests {
             features: "fast_commit",
         };
         assert_eq!(fc.name(), "ext4 data=ordered -O fast_commit");
+        let on_sim = System::jext(DataMode::Journal, Backing::Sim(Preset::Ufs));
+        assert_eq!(on_sim.name(), "jext data=journal (sim ufs)");
+        assert!(!on_sim.needs_root() && on_sim.on_simulator() && !s.on_simulator());
+    }
+
+    #[test]
+    fn jext_on_a_preset_runs_and_counts_its_requests() {
+        let system = System::jext(DataMode::Ordered, Backing::Sim(Preset::SupercapSsd));
+        let scratch = Scratch::new(&std::env::temp_dir()).unwrap();
+        let running = system.set_up(&scratch, 256 << 20).unwrap();
+        let measured =
+            crate::bench::experiments::allocating_write_fsync(&running, 3, false).unwrap();
+        let crate::bench::experiments::Measured::Latency { io, .. } = measured else {
+            panic!("fsync-latency measures latencies");
+        };
+        assert_eq!(io.expect("jext counts its own requests").flushes, 3);
+        running.finish().unwrap();
     }
 }
