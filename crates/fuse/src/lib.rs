@@ -15,6 +15,7 @@ mod loop_device;
 mod ops;
 pub mod options;
 pub mod requests;
+mod sync_threads;
 
 pub use kernel_mount::{bind, remount, unmount, KernelMount, MountKind, MountRequest};
 pub use ops::JextFuse;

@@ -18,6 +18,7 @@
 use crate::caller;
 use crate::dir_streams::DirStreams;
 use crate::requests::RequestCounts;
+use crate::sync_threads::SyncThreads;
 use crate::{JEXT_IOC_FBARRIER, JEXT_IOC_FDATABARRIER};
 use fuser::{
     CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -97,6 +98,8 @@ pub struct JextFuse {
     notifier: Arc<OnceLock<Notifier>>,
     /// What each open directory listed and has not yet sent.
     dir_streams: DirStreams,
+    /// Where fsyncs and syncfs wait for the device, off the request threads.
+    sync_threads: SyncThreads,
 }
 
 fn to_ext4(ino: INodeNo) -> Result<Ino, Errno> {
@@ -250,6 +253,7 @@ impl JextFuse {
             on_destroy: Mutex::new(Some(on_destroy)),
             notifier: Arc::new(OnceLock::new()),
             dir_streams: DirStreams::default(),
+            sync_threads: SyncThreads::start(),
         }
     }
 
@@ -268,10 +272,22 @@ impl JextFuse {
         let Some(on_destroy) = on_destroy else {
             return;
         };
+        self.sync_threads.stop();
         if let Err(e) = self.fs.unmount() {
             eprintln!("jext mount: unmount failed, the next mount will recover the journal: {e}");
         }
         on_destroy();
+    }
+
+    /// fsync or fdatasync of a file or directory, answered by a sync thread.
+    fn fsync_on_sync_thread(&self, ino: INodeNo, datasync: bool, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        self.sync_threads.run(Box::new(move || {
+            empty(
+                reply,
+                to_ext4(ino).and_then(|i| fs.fsync(i, datasync).map_err(errno)),
+            );
+        }));
     }
 
     /// Makes the kernel forget the attributes it cached for `ino` (a change it did not
@@ -580,7 +596,9 @@ impl Filesystem for JextFuse {
     }
 
     fn syncfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyEmpty) {
-        empty(reply, self.fs.sync().map_err(errno));
+        let fs = self.fs.clone();
+        self.sync_threads
+            .run(Box::new(move || empty(reply, fs.sync().map_err(errno))));
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -868,10 +886,7 @@ impl Filesystem for JextFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(
-            reply,
-            to_ext4(ino).and_then(|i| self.fs.fsync(i, datasync).map_err(errno)),
-        );
+        self.fsync_on_sync_thread(ino, datasync, reply);
     }
 
     /// An open directory counts as open in the library, as an open file does: a
@@ -977,10 +992,7 @@ impl Filesystem for JextFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(
-            reply,
-            to_ext4(ino).and_then(|i| self.fs.fsync(i, datasync).map_err(errno)),
-        );
+        self.fsync_on_sync_thread(ino, datasync, reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
