@@ -1,12 +1,14 @@
 //! The systems a benchmark compares, each set up fresh on its own backing and torn down
 //! after one run: the raw floor (an image file, or a loop device with O_DIRECT), jext
-//! through the library in each data mode and through its FUSE mount, Linux ext4 mounted on
-//! a loop device, and fuse2fs; and for the block-level experiment, devices driven through
-//! jext's IO layer directly (simulated presets, the image file, a loop device).
+//! through the library in each data mode (also on the simulator's device presets) and
+//! through its FUSE mount, Linux ext4 mounted on a loop device, and fuse2fs; and for the
+//! block-level experiment, devices driven through jext's IO layer directly (simulated
+//! presets, the image file, a loop device).
 //!
 //! Promises: every loop-backed system sits on the same kind of backing (a loop device with
 //! direct I/O over a sparse image in the scratch directory), so ratios compare file systems,
-//! not caches. A system reports the device requests it caused: jext from its own counters,
+//! not caches; a system on the simulator says so (`System::on_simulator`), and the report
+//! never divides its figures by real storage's. A system reports the device requests it caused: jext from its own counters,
 //! the kernel from the loop device's block statistics. Must never run a system on a device
 //! it did not make itself.
 
