@@ -228,6 +228,33 @@ impl PageCache {
         keep_base: bool,
         change: impl FnOnce(&mut [u8]) -> R,
     ) -> R {
+        let page_size = self.page_size;
+        let page = self.dirtied(ino, index, keep_base, || Arc::from(vec![0u8; page_size]));
+        change(Arc::make_mut(&mut page.data))
+    }
+
+    /// Puts `data`, a whole page built by the caller, in place of the page and marks it
+    /// dirty, as [`PageCache::modify`] (`keep_base`: [`PageCache::modify_keeping_base`])
+    /// would with a change that overwrites every byte. The caller allocates and fills the
+    /// page before it takes the cache's lock, so the lock is held for the bookkeeping
+    /// alone: a writer copying megabytes then never holds up, page after page, an fsync
+    /// that needs the cache for a moment.
+    pub fn replace(&mut self, ino: u32, index: u64, data: Arc<[u8]>, keep_base: bool) {
+        assert_eq!(data.len(), self.page_size, "a page is one block");
+        let page = self.dirtied(ino, index, keep_base, || data.clone());
+        // The old bytes live on in the base, if kept, without a copy.
+        page.data = data;
+    }
+
+    /// The page at `index`, made if missing (`fresh` gives its bytes) and marked dirty,
+    /// its base kept if asked and room allows (module comment).
+    fn dirtied(
+        &mut self,
+        ino: u32,
+        index: u64,
+        keep_base: bool,
+        fresh: impl FnOnce() -> Arc<[u8]>,
+    ) -> &mut Page {
         let room_for_base = self.based_pages < self.capacity_pages / 8;
         self.clock += 1;
         let id = self.clock;
@@ -236,7 +263,7 @@ impl PageCache {
             Entry::Vacant(slot) => {
                 self.total_pages += 1;
                 let page = slot.insert(Page {
-                    data: Arc::from(vec![0u8; self.page_size]),
+                    data: fresh(),
                     // Counted as dirty just below.
                     dirty: false,
                     lru_tick: 0,
@@ -266,7 +293,7 @@ impl PageCache {
             file.dirty.insert(index);
             file.dirtied_at.get_or_insert_with(Instant::now);
         }
-        change(Arc::make_mut(&mut page.data))
+        page
     }
 
     /// Marks a written-back page clean (if it is still cached and dirty).
@@ -583,6 +610,29 @@ mod tests {
     }
 
     #[test]
+    fn a_replaced_page_is_dirty_with_the_new_bytes_and_keeps_the_old_as_base() {
+        let mut pc = PageCache::new(512, 64 * 512);
+        pc.insert_clean(1, 0, Arc::from(vec![4u8; 512]));
+        pc.replace(1, 0, Arc::from(vec![5u8; 512]), true);
+        let page = pc.get(1, 0).unwrap();
+        assert_eq!(page.data()[..], [5u8; 512][..]);
+        assert_eq!(page.base().map(|b| b[0]), Some(4), "the bytes while clean");
+        pc.replace(1, 0, Arc::from(vec![6u8; 512]), true);
+        assert_eq!(
+            pc.get(1, 0).unwrap().base().map(|b| b[0]),
+            Some(4),
+            "a dirty page's base stays what it held while clean"
+        );
+        pc.replace(1, 3, Arc::from(vec![1u8; 512]), true);
+        assert!(
+            pc.get(1, 3).unwrap().base().is_none(),
+            "a new page has no base"
+        );
+        assert_eq!(pc.dirty_indices(1), vec![0, 3]);
+        assert_eq!(pc.stats().dirty_pages, 2);
+    }
+
+    #[test]
     fn truncate_drops_pages_and_dirty_counts() {
         let mut pc = PageCache::new(512, 1 << 20);
         for i in 0..8 {
@@ -604,7 +654,7 @@ mod tests {
     proptest! {
         /// Counters and the LRU agree with the pages after any sequence of operations.
         #[test]
-        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..10, 0u32..3, 0u64..12), 1..200)) {
+        fn bookkeeping_matches_the_pages(ops in prop::collection::vec((0u8..12, 0u32..3, 0u64..12), 1..200)) {
             let mut pc = PageCache::new(64, 10 * 64);
             let mut in_flight: Vec<PageWriteback> = Vec::new();
             for (op, ino, index) in ops {
@@ -618,6 +668,7 @@ mod tests {
                     0 => pc.insert_clean(ino, index, Arc::from(vec![0u8; 64])),
                     1 => pc.modify(ino, index, |p| p[0] ^= 1),
                     9 => pc.modify_keeping_base(ino, index, |p| p[0] ^= 1),
+                    10 | 11 => pc.replace(ino, index, Arc::from(vec![7u8; 64]), op == 11),
                     2 => pc.mark_clean(ino, index),
                     3 => pc.truncate(ino, index),
                     5 => pc.discard(ino, index, index + 3),

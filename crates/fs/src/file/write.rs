@@ -15,6 +15,7 @@ use crate::inodes::stamp;
 use crate::op::Op;
 use crate::state::FsInner;
 use crate::types::Timestamp;
+use std::sync::Arc;
 
 /// Pages a write copies into the cache before it gives way to whatever waits for its CPU,
 /// as the kernel's own write loop does (`cond_resched` per page in `generic_perform_write`).
@@ -66,13 +67,19 @@ pub(crate) fn write(
         let within = (pos % bs) as usize;
         let n = ((end - pos) as usize).min(bs as usize - within);
         let src = &data[(pos - offset) as usize..(pos - offset) as usize + n];
-        if n < bs as usize && !fs.pages.lock().contains(ino, index) {
-            page_data(op, ino, index)?;
-        }
-        let change = |page: &mut [u8]| page[within..within + n].copy_from_slice(src);
-        match keep_base {
-            true => fs.pages.lock().modify_keeping_base(ino, index, change),
-            false => fs.pages.lock().modify(ino, index, change),
+        if n == bs as usize {
+            // Made before the lock is taken: under it only the page is swapped in.
+            let page: Arc<[u8]> = Arc::from(src);
+            fs.pages.lock().replace(ino, index, page, keep_base);
+        } else {
+            if !fs.pages.lock().contains(ino, index) {
+                page_data(op, ino, index)?;
+            }
+            let change = |page: &mut [u8]| page[within..within + n].copy_from_slice(src);
+            match keep_base {
+                true => fs.pages.lock().modify_keeping_base(ino, index, change),
+                false => fs.pages.lock().modify(ino, index, change),
+            }
         }
         pos += n as u64;
     }

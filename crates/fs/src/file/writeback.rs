@@ -552,27 +552,35 @@ fn journal_pages(
     count: u64,
     written: bool,
 ) -> FsResult<()> {
-    for i in 0..count {
+    // The cache's lock is taken once for the run's pages and once to clean them, not for
+    // every page: a writer copying into the cache beside keeps taking it, and each wait
+    // for it costs a sleep and a wake-up. The file's inode lock keeps its pages as read.
+    let pages: Vec<_> = {
+        let mut cache = tx.fs.pages.lock();
+        (0..count)
+            .filter_map(|i| {
+                let page = cache.get(ino, index + i)?;
+                Some((i, page.data().clone(), page.base().cloned()))
+            })
+            .collect()
+    };
+    for (i, data, base) in &pages {
         let block = phys + i;
-        let page = tx
-            .fs
-            .pages
-            .lock()
-            .get(ino, index + i)
-            .map(|p| (p.data().clone(), p.base().cloned()));
-        let Some((data, base)) = page else {
-            continue;
-        };
         let buf = match (written, tx.fs.cache.peek(block), base) {
             (true, Some(buf), _) => buf,
-            (true, None, Some(base)) => tx.fs.cache.get_with_home(block, base),
+            (true, None, Some(base)) => tx.fs.cache.get_with_home(block, base.clone()),
             _ => tx.fs.cache.get_new(block),
         };
-        tx.modify_buf(&buf, |b| b.copy_from_slice(&data))?;
+        tx.modify_buf(&buf, |b| b.copy_from_slice(data))?;
         // The data now lives in this transaction: fdatasync must wait for it even when
         // nothing else about the file changed (an overwrite in place).
         tx.mark_datasync(ino);
-        tx.fs.pages.lock().mark_clean(ino, index + i);
+    }
+    {
+        let mut cache = tx.fs.pages.lock();
+        for (i, _, _) in &pages {
+            cache.mark_clean(ino, index + i);
+        }
     }
     let tid = tx.tid();
     tx.op.inode_mut(ino).journaled_data_tid = Some(tid);
