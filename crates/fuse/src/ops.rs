@@ -643,16 +643,23 @@ impl Filesystem for JextFuse {
         let Ok(ext4_ino) = to_ext4(ino) else {
             return reply.error(Errno::EINVAL);
         };
+        // With the writeback cache the kernel keeps the times of the writes it cached and
+        // sends them later, with a ctime, which no program can set: times of writes, so an
+        // append-only file takes them as it takes its appends (fstests generic/079).
+        let times_of_cached_writes = self.writeback_cache && ctime.is_some() && atime.is_none();
+        // It also sends them when it evicts the inode, which for a file deleted and closed
+        // comes after jext freed it (the kernel forgets a node only after): the times
+        // have nowhere to go. ENOENT, as for any handle to a deleted inode (`stat_live`),
+        // and not the EIO of an inconsistency.
+        if times_of_cached_writes && self.fs.stat_live(ext4_ino).is_err() {
+            return reply.error(Errno::ENOENT);
+        }
         let drop_privileges = self.privileges_dropped(
             req,
             ext4_ino,
             kill_suidgid || uid.is_some() || gid.is_some(),
             size.is_some(),
         );
-        // With the writeback cache the kernel keeps the times of the writes it cached and
-        // sends them later, with a ctime, which no program can set: times of writes, so an
-        // append-only file takes them as it takes its appends (fstests generic/079).
-        let times_of_cached_writes = self.writeback_cache && ctime.is_some() && atime.is_none();
         let change = SetAttr {
             perm: mode.map(|m| (m & 0o7777) as u16),
             uid,

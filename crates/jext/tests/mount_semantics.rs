@@ -337,6 +337,31 @@ fn an_append_only_file_takes_appends_through_the_writeback_cache() {
     });
 }
 
+/// With the writeback cache the kernel sends a file's cached times when it evicts the
+/// inode. For a file written, closed and deleted (SQLite's rollback journal, every
+/// transaction) that comes after jext freed the inode: jext answered EIO, "inode N is not
+/// in use", as for an inconsistency. The times have nowhere to go and are dropped.
+#[test]
+fn a_deleted_files_cached_times_are_dropped_not_an_inconsistency() {
+    on_each_transport(|| {
+        let s = Scratch::new("wb-deleted-times");
+        let daemon = foreground_daemon_heard(&s, "writeback_cache");
+        for i in 0..20 {
+            let path = s.mnt().join(format!("journal-{i}"));
+            let mut f = fs::File::create(&path).unwrap();
+            f.write_all(b"a page image").unwrap();
+            f.sync_all().unwrap();
+            drop(f);
+            fs::remove_file(&path).unwrap();
+        }
+        umount(&s);
+        let out = daemon.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!said.contains("EIO"), "the daemon said: {said}");
+        e2fsck_clean(&s.image());
+    });
+}
+
 fn copy_file_range(from: &fs::File, from_at: i64, to: &fs::File, to_at: i64, len: usize) -> i64 {
     let (mut from_at, mut to_at) = (from_at, to_at);
     // SAFETY: both descriptors are open for the call, and the offsets are locals it may

@@ -218,11 +218,22 @@ pub fn e2fsck_clean(image: &Path) {
 /// A `jext mount -f -o options` daemon (with the running test's transport), once its
 /// mount is up (for tests that kill it).
 pub fn foreground_daemon(s: &Scratch, options: &str) -> Child {
+    spawn_daemon(s, options, Stdio::inherit())
+}
+
+/// [`foreground_daemon`] with its stderr kept, for tests that read what it said
+/// (`Child::wait_with_output` once it ended).
+pub fn foreground_daemon_heard(s: &Scratch, options: &str) -> Child {
+    spawn_daemon(s, options, Stdio::piped())
+}
+
+fn spawn_daemon(s: &Scratch, options: &str, stderr: Stdio) -> Child {
     let mut daemon = Command::new(JEXT)
         .args(["mount", "-f", "-o", &with_transport(options)])
         .arg(s.image())
         .arg(s.mnt())
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     wait_for_mount(&s.mnt(), &mut daemon);
