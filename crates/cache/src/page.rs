@@ -14,9 +14,10 @@
 //! asks for it ([`PageCache::modify_keeping_base`]: a data-journaled file, whose clean
 //! pages hold what its blocks hold at home once the journal's copies are checkpointed).
 //! The journal then logs the page's change as the bytes it changed on the base instead
-//! of a whole block (`jext_journal`'s home bases). A base costs a copy of the page (the
-//! change copies the shared bytes), so at most an eighth of the cache's pages keep one;
-//! it is dropped when the page is cleaned, sent to the device, or dropped.
+//! of a whole block (`jext_journal`'s home bases). A base costs a page of memory (and a
+//! copy, when the change is made in place: it copies the shared bytes; a page replaced
+//! whole, [`PageCache::replace`], costs none), so at most an eighth of the cache's pages
+//! keep one; it is dropped when the page is cleaned, sent to the device, or dropped.
 //!
 //! The cache knows nothing of blocks, extents or allocation; it must never drop a dirty
 //! page, nor evict one whose write is in flight.
