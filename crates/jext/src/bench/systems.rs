@@ -8,9 +8,9 @@
 //! Promises: every loop-backed system sits on the same kind of backing (a loop device with
 //! direct I/O over a sparse image in the scratch directory), so ratios compare file systems,
 //! not caches; a system on the simulator says so (`System::on_simulator`), and the report
-//! never divides its figures by real storage's. A system reports the device requests it caused: jext from its own counters,
-//! the kernel from the loop device's block statistics. Must never run a system on a device
-//! it did not make itself.
+//! never divides its figures by real storage's. A system reports the device requests it
+//! caused: jext from its own counters, the kernel from the loop device's block
+//! statistics. Must never run a system on a device it did not make itself.
 
 use super::experiments::path_str;
 use super::rig::{run, BlockStats, LoopDevice, Mount, Scratch};
