@@ -64,7 +64,8 @@ impl Default for Config {
 /// The three data modes with single-I/O commits (the default), then with classic ones,
 /// all with byte records (the default); then data=journal with whole-block records,
 /// ordered with small synced appends in place (so they go as fast commits), the same with
-/// per-core i-transactions, and data=adaptive.
+/// per-core i-transactions, ordered and data=journal with per-core i-transactions that
+/// carry the data, and data=adaptive.
 pub fn default_modes() -> Vec<Mode> {
     let mut modes: Vec<Mode> = [CommitMode::SingleIo, CommitMode::Classic]
         .into_iter()
@@ -88,11 +89,19 @@ pub fn default_modes() -> Vec<Mode> {
         ..Mode::from(DataMode::Ordered)
     };
     modes.push(in_place);
-    // The paper's per-core rings, in the mode whose fsyncs use them most.
+    // The paper's per-core rings: with the data written in place before each
+    // i-transaction, and with the data carried in it (small synced appends and
+    // data=journal files journal their data).
     modes.push(Mode {
         ijournal: IJournal::PerCore,
         ..in_place
     });
+    for data in [DataMode::Ordered, DataMode::Journal] {
+        modes.push(Mode {
+            ijournal: IJournal::PerCore,
+            ..Mode::from(data)
+        });
+    }
     // `data=adaptive`: every workload that syncs and deletes or truncates a file within
     // seconds switches files between modes.
     modes.push(Mode::adaptive());

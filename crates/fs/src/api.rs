@@ -606,11 +606,9 @@ impl Fs {
             (tid, flush, fast_commit)
         };
         let fast_commit = fast_commit.transpose()?;
-        // Every data write of the file completed above: this flush makes them durable.
-        let data_flush = fs.io.covering_flush();
         if let (Some(tid), Some(plan)) = (tid, fast_commit) {
             let file = plan.as_ref().ok().and_then(|p| p.file);
-            if fast_commit::write(fs, plan, data_flush)? {
+            if fast_commit::write(fs, plan)? {
                 if let Some(file) = file {
                     let mut op = self.op(false)?;
                     op.lock(file.0, Reach::First)?;

@@ -146,6 +146,7 @@ pub(crate) fn journal_in_memory(op: &mut Op, ino: u32) -> FsResult<()> {
     // writeback.
     info.unflushed_data = false;
     info.journals_in_memory = true;
+    info.in_place_flush = Some(fs.io.covering_flush());
     Ok(())
 }
 
@@ -174,7 +175,9 @@ pub(crate) fn stop_journaling_in_memory(op: &mut Op, ino: u32) -> FsResult<()> {
         // ordered file's data lives in pages, and its reads must not find buffers.
         forget_cached_blocks(fs, ino, &raw)?;
     }
-    op.inode_mut(ino).journals_in_memory = false;
+    let info = op.inode_mut(ino);
+    info.journals_in_memory = false;
+    info.in_place_flush = None;
     Ok(())
 }
 

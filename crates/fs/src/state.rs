@@ -138,6 +138,11 @@ pub(crate) struct InodeInfo {
     pub journals_in_memory: bool,
     /// The last transaction that journaled a block of its data.
     pub journaled_data_tid: Option<Tid>,
+    /// While it journals in memory: the flush after which every write of its data in
+    /// place is durable (all came before it began to journal), from
+    /// `IoQueue::covering_flush`; `None` if not known (journaling since before the inode
+    /// was loaded).
+    pub in_place_flush: Option<u64>,
 }
 
 impl InodeInfo {
@@ -160,6 +165,7 @@ impl InodeInfo {
             adaptive: Default::default(),
             journals_in_memory: false,
             journaled_data_tid: None,
+            in_place_flush: None,
         }
     }
 

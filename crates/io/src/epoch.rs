@@ -17,6 +17,12 @@
 //!   flush dispatched after that completed (Transfer-and-Flush, done here, not by the
 //!   caller).
 //!
+//! One flush is in flight at a time, as Linux's block layer keeps one per queue
+//! (`blk-flush`): a flush wanted meanwhile is dispatched when that one completes, and
+//! then covers every write completed by then. Fsyncs whose writes complete during one
+//! flush so share the next (a group flush); dispatching each at once would make every
+//! device flush cover one or two of them, at the same cost each.
+//!
 //! A `PREFLUSH` write is a full drain: it goes only after everything issued before it has
 //! transferred and a flush after that completed, and nothing issued after it goes first.
 //! Writes to overlapping bytes go in issue order, a later one only after the earlier one
@@ -228,6 +234,11 @@ pub(crate) struct Scheduler {
     fsyncs: Arc<FsyncClock>,
     next_tag: u64,
     flushes_dispatched: u64,
+    /// A flush is in flight: the next one waits for it.
+    flush_in_flight: bool,
+    /// The wanted flush waits for the sync write commands that were in flight when it
+    /// was first wanted: those with tags up to this one.
+    flush_company: Option<u64>,
     /// The flush after which every write completed so far is durable: the first one
     /// dispatched after the last completion that needed one (0: none did).
     covering_flush: u64,
@@ -272,6 +283,8 @@ impl Scheduler {
             fsyncs,
             next_tag: 0,
             flushes_dispatched: 0,
+            flush_in_flight: false,
+            flush_company: None,
             covering_flush: 0,
             max_ok_flush: 0,
             failed_flush: None,
@@ -336,7 +349,33 @@ impl Scheduler {
     /// Asks for a flush numbered at least `number` (see [`Scheduler::next_flush`]).
     pub(crate) fn want_flush(&mut self, number: u64) {
         self.last_sync_io = Some(Instant::now());
+        if number > self.flushes_dispatched && self.flush_wanted <= self.flushes_dispatched {
+            self.flush_company = self.sync_writes_in_flight().max();
+        }
         self.flush_wanted = self.flush_wanted.max(number);
+    }
+
+    /// Tags of the write commands in flight that are not background writeback.
+    fn sync_writes_in_flight(&self) -> impl Iterator<Item = u64> + '_ {
+        self.in_flight.iter().filter_map(|(&tag, c)| {
+            matches!(
+                c,
+                InFlight::Write {
+                    background: false,
+                    ..
+                }
+            )
+            .then_some(tag)
+        })
+    }
+
+    /// Whether the wanted flush may go now: none in flight, and the company it waits for
+    /// transferred.
+    fn flush_may_go(&self) -> bool {
+        let waiting_for_company = self
+            .flush_company
+            .is_some_and(|last| self.sync_writes_in_flight().any(|tag| tag <= last));
+        self.flush_wanted > self.flushes_dispatched && !self.flush_in_flight && !waiting_for_company
     }
 
     /// The number the next dispatched flush will get: it will cover every write that
@@ -378,7 +417,7 @@ impl Scheduler {
         let mut out = Vec::new();
         while out.len() < slots {
             self.advance();
-            if self.flush_wanted > self.flushes_dispatched {
+            if self.flush_may_go() {
                 out.push(self.plan_flush());
                 continue;
             }
@@ -393,6 +432,8 @@ impl Scheduler {
 
     fn plan_flush(&mut self) -> (u64, Command) {
         self.flushes_dispatched += 1;
+        self.flush_in_flight = true;
+        self.flush_company = None;
         let number = self.flushes_dispatched;
         self.stats.stats.flushes += 1;
         (self.start(InFlight::Flush { number }), Command::Flush)
@@ -645,6 +686,7 @@ impl Scheduler {
             .expect("a completion of a command in flight")
         {
             InFlight::Flush { number } => {
+                self.flush_in_flight = false;
                 self.flush_completed(number, result);
                 true
             }

@@ -392,6 +392,56 @@ fn stages_come_in_order_and_durability_costs_one_shared_flush() {
     assert_eq!(b[0], 8, "durable means it survives the crash");
 }
 
+/// One flush in flight at a time: the flushes wanted while one is in flight wait for it
+/// and then share one, which covers every write completed by its dispatch.
+#[test]
+fn flushes_wanted_during_a_flush_share_the_next_one() {
+    let dev = Scripted::new(false, 4);
+    let q = Arc::new(queue(&dev, 4));
+    let first = q.issue(vec![request(1, Kind::Orderless)]);
+    dev.complete_all();
+    first.wait_transferred().unwrap();
+    let flush_of = |q: &Arc<IoQueue>| {
+        let q = q.clone();
+        std::thread::spawn(move || q.flush())
+    };
+    let early = flush_of(&q);
+    while dev.held() == 0 {
+        std::thread::yield_now();
+    }
+    let later = q.issue(vec![
+        request(2, Kind::Orderless),
+        request(5, Kind::Orderless),
+    ]);
+    while !later.is_dispatched() {
+        std::thread::yield_now();
+    }
+    dev.complete(1);
+    dev.complete(1);
+    later.wait_transferred().unwrap();
+    let waiters: Vec<_> = (0..3).map(|_| flush_of(&q)).collect();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        dev.held(),
+        1,
+        "no second flush while the first is in flight"
+    );
+    assert!(dev.complete(0), "the first flush");
+    early.join().unwrap().unwrap();
+    while dev.held() == 0 {
+        std::thread::yield_now();
+    }
+    assert!(dev.complete(0), "the one flush the three waiters share");
+    for w in waiters {
+        w.join().unwrap().unwrap();
+    }
+    assert_eq!(dev.sim.counters().snapshot().flushes, 2);
+    let crashed = dev.sim.crash();
+    let mut b = vec![0u8; 512];
+    crashed.read_at(5 * BLOCK, &mut b).unwrap();
+    assert_eq!(b[0], 6, "the shared flush made the later writes durable");
+}
+
 /// Background writeback (blk-wbt's idea): a sync write issued behind a backlog of it goes
 /// at once; while sync IO is in the device, only two background commands are; none is
 /// merged past 1 MiB. Nothing is lost on the way.

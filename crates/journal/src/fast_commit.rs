@@ -290,7 +290,7 @@ fn write_group(shared: &Shared, group: &Group) -> Result<Written, JournalError> 
             return Ok(Written::Refused);
         }
     }
-    let blocks = writer.finish();
+    let blocks: Vec<Arc<[u8]>> = writer.finish().into_iter().map(Arc::from).collect();
     if start as usize + blocks.len() > area.len as usize {
         return Ok(Written::Refused);
     }
@@ -366,7 +366,7 @@ pub(crate) enum Durably {
 pub(crate) fn write_durably(
     shared: &Shared,
     first: u32,
-    blocks: Vec<Vec<u8>>,
+    blocks: Vec<Arc<[u8]>>,
     data_flush: u64,
     durably: Durably,
 ) -> Result<u32, JournalError> {
@@ -384,7 +384,7 @@ pub(crate) fn write_durably(
         .enumerate()
         .map(|(i, block)| {
             let offset = shared.area().byte_offset(first + i as u32);
-            WriteRequest::new(offset, Arc::<[u8]>::from(block), flags)
+            WriteRequest::new(offset, block, flags)
         })
         .collect();
     shared.io.submit(requests).wait()?;

@@ -51,6 +51,7 @@
 
 use crate::fast_commit::FastCommitOutcome;
 use crate::format::fast_commit::FcRecord;
+use crate::format::itransaction::CarriedBlock;
 use crate::format::superblock::INCOMPAT_JEXT_PERCORE;
 use crate::jbuf::JBuf;
 use crate::log::{CommitMode, LogFeatures, LogLayout, RecordMode};
@@ -704,9 +705,10 @@ impl Journal {
     /// [`Journal::fast_commit_tid`]) holding `records` to a free ring, in parallel with
     /// other fsyncs; `first_sub_tid` is the first sub-tid handed out in `tid`. Sub-tids
     /// are handed out 0, 1, 2, ... where the records were built, and every one must come
-    /// here once; `data_flush` as for [`Journal::fast_commit`]. Returns once it and
-    /// every lower sub-tid are durable (or says why
-    /// nothing that counts was written).
+    /// here once; `data_flush` as for [`Journal::fast_commit`], for the data the records
+    /// point at that `data` does not carry. `data` is blocks of files that journal their
+    /// data, as changed in `tid`, which recovery writes home. Returns once it and every
+    /// lower sub-tid are durable (or says why nothing that counts was written).
     pub fn percore_commit(
         &self,
         sub_tid: u64,
@@ -714,6 +716,7 @@ impl Journal {
         tid: Tid,
         data_flush: u64,
         records: &[FcRecord],
+        data: &[CarriedBlock],
     ) -> Result<FastCommitOutcome, JournalError> {
         let Some(rings) = &self.shared.rings else {
             return Ok(FastCommitOutcome::NoRoom);
@@ -724,6 +727,7 @@ impl Journal {
             tid,
             data_flush,
             records,
+            data,
         };
         crate::percore::write(&self.shared, rings, plan)
     }

@@ -3,6 +3,12 @@
 //! of different files write to different rings and share neither a lock nor a log head.
 //! The on-disk form is format/itransaction.rs.
 //!
+//! An fsync takes a free ring if there is one. If every ring is busy, it queues its
+//! i-transaction on one and waits for the ring: whoever takes the ring next writes every
+//! i-transaction queued there for the same tid, one after the other in one write, and
+//! makes them durable with one flush (a group commit per ring). Each keeps its own
+//! header, sub-tid and CRC, so recovery sees them as if written one by one.
+//!
 //! Promises:
 //! - an i-transaction of tid T is written only once T - 1 is durable (its tid must be the
 //!   first one recovery does not find), never once T is (it would be obsolete), and a
@@ -27,7 +33,7 @@
 use crate::fast_commit::{write_durably, Durably, FastCommitOutcome};
 use crate::format::fast_commit::{FastCommitScan, FcRecord};
 use crate::format::itransaction::{
-    decode, decode_header, encode, in_order, ring_bounds, ITransaction, MAX_RINGS,
+    decode, decode_header, encode, in_order, ring_bounds, CarriedBlock, ITransaction, MAX_RINGS,
 };
 use crate::format::superblock::JournalSuperblock;
 use crate::journal::Shared;
@@ -36,12 +42,12 @@ use crate::tid::{tid_geq, tid_gt, Tid};
 use crate::{JournalArea, JournalError};
 use jext_io::IoQueue;
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The rings and the order their i-transactions settle in.
 pub(crate) struct Rings {
-    rings: Vec<Mutex<RingState>>,
+    rings: Vec<Ring>,
     /// First journal block of the region and its length (the fast-commit area).
     region_first: u32,
     region_blocks: u32,
@@ -51,10 +57,36 @@ pub(crate) struct Rings {
     next_turn: AtomicUsize,
 }
 
+struct Ring {
+    /// Held from the choice of the head until the write is durable.
+    head: Mutex<RingState>,
+    /// I-transactions waiting for whoever takes `head` next, and what became of those
+    /// written for someone else, by sub-tid.
+    queue: Mutex<Queue>,
+    /// A writer of this ring finished: its queue's fsyncs look again.
+    finished: Condvar,
+}
+
 /// One ring: which tid it holds and where its next i-transaction goes.
 struct RingState {
     tid: Option<Tid>,
     next_block: u32,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: Vec<Queued>,
+    outcomes: HashMap<u64, Result<FastCommitOutcome, JournalError>>,
+}
+
+/// One fsync's i-transaction as it waits in a ring's queue.
+struct Queued {
+    sub_tid: u64,
+    first_sub_tid: u64,
+    tid: Tid,
+    data_flush: u64,
+    records: Vec<FcRecord>,
+    data: Vec<CarriedBlock>,
 }
 
 struct OrderState {
@@ -73,11 +105,13 @@ impl Rings {
         let n = nr_rings.clamp(1, MAX_RINGS).min(region_blocks.max(1));
         Rings {
             rings: (0..n)
-                .map(|_| {
-                    Mutex::new(RingState {
+                .map(|_| Ring {
+                    head: Mutex::new(RingState {
                         tid: None,
                         next_block: 0,
-                    })
+                    }),
+                    queue: Mutex::new(Queue::default()),
+                    finished: Condvar::new(),
                 })
                 .collect(),
             region_first,
@@ -96,19 +130,20 @@ impl Rings {
         self.rings.len() as u32
     }
 
-    /// The first free ring from the next one in turn; waits for that one if all are
-    /// busy. In turn rather than by CPU: there are more rings than cores (fsyncs in
-    /// flight wait for the device, not a CPU), and turns fill the rings evenly, so one
-    /// ring does not run out of room (a full commit) while others sit empty.
-    fn pick(&self) -> (u32, MutexGuard<'_, RingState>) {
+    /// The first free ring from the next one in turn, or the one in turn if all are busy
+    /// (`None`: the caller queues there and waits). In turn rather than by CPU: there are
+    /// more rings than cores (fsyncs in flight wait for the device, not a CPU), and turns
+    /// fill the rings evenly, so one ring does not run out of room (a full commit) while
+    /// others sit empty.
+    fn pick(&self) -> (usize, Option<MutexGuard<'_, RingState>>) {
         let n = self.rings.len();
         let first = self.next_turn.fetch_add(1, Ordering::Relaxed) % n;
         for i in (first..n).chain(0..first) {
-            if let Some(guard) = self.rings[i].try_lock() {
-                return (i as u32, guard);
+            if let Some(guard) = self.rings[i].head.try_lock() {
+                return (i, Some(guard));
             }
         }
-        (first as u32, self.rings[first].lock())
+        (first, None)
     }
 
     /// Marks `sub_tid` settled (`refused`: not on disk, a gap for its tid).
@@ -149,26 +184,38 @@ impl Rings {
     }
 }
 
-/// Settles its sub-tid as refused if the write ends early (an error): later fsyncs must
-/// never wait for it for ever.
+/// Settles sub-tids as refused unless told otherwise first: whatever ends a write early
+/// (an error), later fsyncs must never wait for them for ever.
 struct Unsettled<'a> {
     rings: &'a Rings,
-    sub_tid: u64,
-    tid: Tid,
-    done: bool,
+    pending: Vec<(u64, Tid)>,
 }
 
-impl Unsettled<'_> {
-    fn settle(mut self, refused: bool) {
-        self.done = true;
-        self.rings.settle(self.sub_tid, self.tid, refused);
+impl<'a> Unsettled<'a> {
+    fn new(rings: &'a Rings, pending: Vec<(u64, Tid)>) -> Unsettled<'a> {
+        Unsettled { rings, pending }
+    }
+
+    /// Settles them all with `outcomes` (in the same order).
+    fn settle(mut self, outcomes: &[FastCommitOutcome]) {
+        assert_eq!(outcomes.len(), self.pending.len(), "an outcome for each");
+        for (&(sub_tid, tid), outcome) in self.pending.iter().zip(outcomes) {
+            self.rings
+                .settle(sub_tid, tid, *outcome == FastCommitOutcome::NoRoom);
+        }
+        self.pending.clear();
+    }
+
+    /// Hands them to someone else to settle (a ring's queue).
+    fn hand_over(mut self) {
+        self.pending.clear();
     }
 }
 
 impl Drop for Unsettled<'_> {
     fn drop(&mut self) {
-        if !self.done {
-            self.rings.settle(self.sub_tid, self.tid, true);
+        for &(sub_tid, tid) in &self.pending {
+            self.rings.settle(sub_tid, tid, true);
         }
     }
 }
@@ -180,52 +227,171 @@ pub(crate) struct Planned<'a> {
     /// The first sub-tid handed out in `tid`.
     pub first_sub_tid: u64,
     pub tid: Tid,
-    /// The flush that makes its file's data durable ([`jext_io::IoQueue::covering_flush`]).
+    /// The flush that makes durable the data its records point at and it does not carry
+    /// ([`jext_io::IoQueue::covering_flush`]).
     pub data_flush: u64,
     pub records: &'a [FcRecord],
+    /// Blocks of data-journaling files it carries, to be written home at recovery.
+    pub data: &'a [CarriedBlock],
 }
 
-/// Writes `plan` to a free ring. Returns once it and every lower sub-tid are settled.
+/// Writes `plan` to a ring. Returns once it and every lower sub-tid are settled.
 pub(crate) fn write(
     shared: &Shared,
     rings: &Rings,
     plan: Planned<'_>,
 ) -> Result<FastCommitOutcome, JournalError> {
-    let pending = Unsettled {
-        rings,
-        sub_tid: plan.sub_tid,
-        tid: plan.tid,
-        done: false,
+    let (sub_tid, tid) = (plan.sub_tid, plan.tid);
+    let pending = Unsettled::new(rings, vec![(sub_tid, tid)]);
+    let outcome = match settled_before_the_ring(shared, rings, &plan)? {
+        Some(outcome) => {
+            pending.settle(&[outcome]);
+            outcome
+        }
+        None => {
+            pending.hand_over();
+            through_a_ring(shared, rings, Queued::from(plan))?
+        }
     };
-    let outcome = write_in_ring(shared, rings, &plan)?;
-    pending.settle(outcome == FastCommitOutcome::NoRoom);
-    rings.wait_lower_settled(plan.sub_tid);
+    rings.wait_lower_settled(sub_tid);
     let written = matches!(outcome, FastCommitOutcome::Written { .. });
-    if written && rings.gap_below(plan.tid, plan.sub_tid) {
+    if written && rings.gap_below(tid, sub_tid) {
         // Durable, but replay stops at the lower one's gap before reaching it.
         return Ok(FastCommitOutcome::NoRoom);
     }
     Ok(outcome)
 }
 
-fn write_in_ring(
+/// What becomes of `plan` without a ring: `Some` if it is obsolete or follows a gap.
+/// Waits for the tid before it to be durable first.
+fn settled_before_the_ring(
     shared: &Shared,
     rings: &Rings,
     plan: &Planned<'_>,
-) -> Result<FastCommitOutcome, JournalError> {
+) -> Result<Option<FastCommitOutcome>, JournalError> {
     let tid = plan.tid;
     shared.wait_for(tid.wrapping_sub(1), true)?;
     if tid_geq(shared.committed(), tid) {
-        return Ok(FastCommitOutcome::Obsolete);
+        return Ok(Some(FastCommitOutcome::Obsolete));
     }
     if rings.gap_below(tid, plan.sub_tid) {
-        return Ok(FastCommitOutcome::NoRoom);
+        return Ok(Some(FastCommitOutcome::NoRoom));
     }
-    let (ring, mut st) = rings.pick();
+    Ok(None)
+}
+
+impl From<Planned<'_>> for Queued {
+    fn from(plan: Planned<'_>) -> Queued {
+        Queued {
+            sub_tid: plan.sub_tid,
+            first_sub_tid: plan.first_sub_tid,
+            tid: plan.tid,
+            data_flush: plan.data_flush,
+            records: plan.records.to_vec(),
+            data: plan.data.to_vec(),
+        }
+    }
+}
+
+/// Queues `item` on a ring and returns what became of it: written (and settled) by
+/// whoever took the ring next, which may be this caller.
+fn through_a_ring(
+    shared: &Shared,
+    rings: &Rings,
+    item: Queued,
+) -> Result<FastCommitOutcome, JournalError> {
+    let sub_tid = item.sub_tid;
+    let (index, mut head) = rings.pick();
+    let ring = &rings.rings[index];
+    let mut queue = ring.queue.lock();
+    queue.waiting.push(item);
+    loop {
+        if let Some(outcome) = queue.outcomes.remove(&sub_tid) {
+            return outcome;
+        }
+        let queued = queue.waiting.iter().any(|q| q.sub_tid == sub_tid);
+        if queued && head.is_none() {
+            head = ring.head.try_lock();
+        }
+        if let (true, Some(mut state)) = (queued, head.take()) {
+            let batch = queue.take_batch(sub_tid);
+            drop(queue);
+            let outcomes = write_batch(shared, rings, index as u32, &mut state, &batch);
+            let mine = finish_batch(ring, &batch, outcomes, sub_tid);
+            drop(state);
+            // After the head is free: a woken fsync whose i-transaction was not in this
+            // batch takes the ring itself.
+            let _queue = ring.queue.lock();
+            ring.finished.notify_all();
+            return mine;
+        }
+        ring.finished.wait(&mut queue);
+    }
+}
+
+impl Queue {
+    /// Every waiting i-transaction of the tid of `sub_tid`'s (which waits here), in
+    /// sub-tid order: one write takes them all. Those of another tid wait for the next.
+    fn take_batch(&mut self, sub_tid: u64) -> Vec<Queued> {
+        let tid = self
+            .waiting
+            .iter()
+            .find(|q| q.sub_tid == sub_tid)
+            .expect("the caller's i-transaction waits in the queue")
+            .tid;
+        let (mut batch, rest) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|q: &Queued| q.tid == tid);
+        self.waiting = rest;
+        batch.sort_by_key(|q| q.sub_tid);
+        batch
+    }
+}
+
+/// Hands the others in `batch` their outcomes (an error is everyone's) and returns the
+/// caller's (`sub_tid`).
+fn finish_batch(
+    ring: &Ring,
+    batch: &[Queued],
+    outcomes: Result<Vec<FastCommitOutcome>, JournalError>,
+    sub_tid: u64,
+) -> Result<FastCommitOutcome, JournalError> {
+    let mut queue = ring.queue.lock();
+    let mut mine = None;
+    for (i, item) in batch.iter().enumerate() {
+        let outcome = outcomes.as_ref().map(|o| o[i]).map_err(Clone::clone);
+        match item.sub_tid == sub_tid {
+            true => mine = Some(outcome),
+            false => {
+                queue.outcomes.insert(item.sub_tid, outcome);
+            }
+        }
+    }
+    mine.expect("the caller's i-transaction is in its batch")
+}
+
+/// Writes `batch` (one tid, sub-tid order) at the head of ring `ring`, whose lock the
+/// caller holds (`st`), in one write made durable by one flush, and settles each
+/// sub-tid. An i-transaction that does not fit, and every one after it, is refused.
+fn write_batch(
+    shared: &Shared,
+    rings: &Rings,
+    ring: u32,
+    st: &mut RingState,
+    batch: &[Queued],
+) -> Result<Vec<FastCommitOutcome>, JournalError> {
+    let pending = Unsettled::new(rings, batch.iter().map(|q| (q.sub_tid, q.tid)).collect());
+    let tid = batch[0].tid;
+    assert!(
+        batch.iter().all(|q| q.tid == tid),
+        "one tid per batch: a ring restarts for a newer one"
+    );
     // Checked again under the ring's lock: a newer tid may have restarted this ring
     // since, which only happens once this tid is durable.
     if tid_geq(shared.committed(), tid) || st.tid.is_some_and(|t| tid_gt(t, tid)) {
-        return Ok(FastCommitOutcome::Obsolete);
+        let outcomes = vec![FastCommitOutcome::Obsolete; batch.len()];
+        pending.settle(&outcomes);
+        return Ok(outcomes);
     }
     let (ring_first, ring_blocks) =
         ring_bounds(rings.region_first, rings.region_blocks, rings.count(), ring);
@@ -234,31 +400,59 @@ fn write_in_ring(
     } else {
         0
     };
-    let it = ITransaction {
-        ring: ring as u8,
-        nr_rings: rings.count() as u8,
-        tid,
-        sub_tid: plan.sub_tid,
-        first_sub_tid: plan.first_sub_tid,
-        records: plan.records.to_vec(),
-    };
-    let blocks = encode(&it, shared.block_size as usize);
-    if start as usize + blocks.len() > ring_blocks as usize {
-        return Ok(FastCommitOutcome::NoRoom);
+    let mut blocks = Vec::new();
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for item in batch {
+        // Replay stops at a gap: nothing after one below counts.
+        let after_gap = outcomes.last() == Some(&FastCommitOutcome::NoRoom)
+            || rings.gap_below(tid, item.sub_tid);
+        let it = item.itransaction(ring as u8, rings.count() as u8);
+        let encoded = (!after_gap).then(|| encode(&it, shared.block_size as usize));
+        let room = (ring_blocks - start) as usize - blocks.len();
+        match encoded {
+            Some(encoded) if encoded.len() <= room => {
+                outcomes.push(FastCommitOutcome::Written {
+                    blocks: encoded.len() as u32,
+                });
+                blocks.extend(encoded);
+            }
+            _ => outcomes.push(FastCommitOutcome::NoRoom),
+        }
     }
-    shared.point_superblock_at_log(tid)?;
-    let written = write_durably(
-        shared,
-        ring_first + start,
-        blocks,
-        plan.data_flush,
-        Durably::SharedFlush,
-    )?;
-    st.tid = Some(tid);
-    st.next_block = start + written;
-    drop(st);
-    shared.note_fast_commit(written);
-    Ok(FastCommitOutcome::Written { blocks: written })
+    if !blocks.is_empty() {
+        shared.point_superblock_at_log(tid)?;
+        let data_flush = batch.iter().map(|q| q.data_flush).max().unwrap_or(0);
+        let written = write_durably(
+            shared,
+            ring_first + start,
+            blocks,
+            data_flush,
+            Durably::SharedFlush,
+        )?;
+        st.tid = Some(tid);
+        st.next_block = start + written;
+        for outcome in &outcomes {
+            if let FastCommitOutcome::Written { blocks } = outcome {
+                shared.note_fast_commit(*blocks);
+            }
+        }
+    }
+    pending.settle(&outcomes);
+    Ok(outcomes)
+}
+
+impl Queued {
+    fn itransaction(&self, ring: u8, nr_rings: u8) -> ITransaction {
+        ITransaction {
+            ring,
+            nr_rings,
+            tid: self.tid,
+            sub_tid: self.sub_tid,
+            first_sub_tid: self.first_sub_tid,
+            records: self.records.clone(),
+            data: self.data.clone(),
+        }
+    }
 }
 
 /// One valid i-transaction a ring holds, where it is.
@@ -320,6 +514,7 @@ pub fn scan(
             .filter_map(|it| by_sub(it.sub_tid))
             .map(|e| e.blocks)
             .sum(),
+        carried: ordered.kept.iter().flat_map(|it| it.data.clone()).collect(),
         records: ordered.kept.into_iter().flat_map(|it| it.records).collect(),
         stopped_by: ordered.stopped_by,
     };

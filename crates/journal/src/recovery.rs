@@ -15,7 +15,8 @@
 //!    empty log of that tid, so a crash meanwhile finds the same fast commits again.
 //!    With jext's private per-core bit the area holds rings of i-transactions instead
 //!    (`crate::percore::scan`): those of that tid, in sub-tid order up to the first
-//!    missing one, are returned the same way.
+//!    missing one, are returned the same way, and the data blocks they carry are written
+//!    home with the log's copies, after them (their tid is later than every logged one).
 //!
 //! A scan yields a list of committed transactions per log; the revoke and replay passes
 //! run over all logs' transactions merged in tid order. A log is described by
@@ -611,6 +612,8 @@ struct Copy<'a> {
 enum Base<'a> {
     /// The newest whole copy that replays.
     Copy(Copy<'a>),
+    /// A block an i-transaction carried: newer than every copy in the log.
+    Carried(&'a [u8]),
     /// Its home contents: only DELTA records replay.
     Home,
 }
@@ -642,7 +645,8 @@ pub fn recover(io: &IoQueue, areas: &[JournalArea]) -> Result<RecoveryReport, Jo
         ..RecoveryReport::default()
     };
     let revoked = revoke_pass(&committed);
-    let rebuilds = replay_plan(io, areas, &committed, &revoked, &mut report)?;
+    let mut rebuilds = replay_plan(io, areas, &committed, &revoked, &mut report)?;
+    plan_carried(io, areas, &scans[0], &mut rebuilds)?;
     replay(io, areas[0].block_size, &rebuilds)?;
     report.blocks_replayed = rebuilds.len();
     report.fast_commits = scans[0].fast_commits.clone();
@@ -824,6 +828,36 @@ fn replay_plan<'a>(
     Ok(plan)
 }
 
+/// The data blocks the i-transactions to replay carried (`ijournal=percore`), on top of
+/// the log's copies: their tid is the one after the log's last, and within it a later
+/// sub-tid's copy wins (`fast_commits.carried` is in sub-tid order).
+fn plan_carried<'a>(
+    io: &IoQueue,
+    areas: &[JournalArea],
+    scan: &'a AreaScan<'_>,
+    plan: &mut BTreeMap<u64, Rebuild<'a>>,
+) -> Result<(), JournalError> {
+    let device_blocks = io.device().size_bytes() / u64::from(areas[0].block_size);
+    for carried in &scan.fast_commits.carried {
+        if let Some(place) = misplaced_home(areas, device_blocks, carried.home) {
+            return Err(JournalError::Corrupt {
+                structure: "per-core i-transaction",
+                journal_block: scan.superblock.fast_commit_first().unwrap_or(0),
+                problem: format!(
+                    "a data block it carries is for block {}, {place}",
+                    carried.home
+                ),
+            });
+        }
+        let rebuild = Rebuild {
+            base: Base::Carried(&carried.bytes),
+            records: Vec::new(),
+        };
+        plan.insert(carried.home, rebuild);
+    }
+    Ok(())
+}
+
 /// A home block must be on the device and outside every journal area (replaying over the
 /// log would destroy copies not yet replayed). Linux checks neither.
 fn check_home(
@@ -833,23 +867,29 @@ fn check_home(
     home: u64,
     journal_block: u32,
 ) -> Result<(), JournalError> {
+    match misplaced_home(areas, device_blocks, home) {
+        None => Ok(()),
+        Some(place) => Err(JournalError::Corrupt {
+            structure: "descriptor tag or byte record",
+            journal_block,
+            problem: format!("transaction {tid} logs file system block {home}, {place}"),
+        }),
+    }
+}
+
+/// Where `home` is if no replay may write it: inside a journal or beyond the device.
+fn misplaced_home(areas: &[JournalArea], device_blocks: u64, home: u64) -> Option<String> {
     let in_journal = areas
         .iter()
         .flat_map(|a| a.runs())
         .any(|run| (run.physical..run.physical + u64::from(run.len)).contains(&home));
-    if home < device_blocks && !in_journal {
-        return Ok(());
-    }
-    let place = if in_journal {
-        "inside the journal".to_string()
+    if in_journal {
+        Some("inside the journal".to_string())
+    } else if home >= device_blocks {
+        Some(format!("beyond the device's {device_blocks} blocks"))
     } else {
-        format!("beyond the device's {device_blocks} blocks")
-    };
-    Err(JournalError::Corrupt {
-        structure: "descriptor tag or byte record",
-        journal_block,
-        problem: format!("transaction {tid} logs file system block {home}, {place}"),
-    })
+        None
+    }
 }
 
 /// Rebuilds the planned blocks (copies unescaped, then records applied) and writes them
@@ -871,6 +911,7 @@ fn replay(
                 }
                 data
             }
+            Base::Carried(bytes) => bytes.to_vec(),
             Base::Home => {
                 let mut data = vec![0u8; block_size as usize];
                 // A ZEROED record first sets every byte: no need to read.

@@ -1,12 +1,13 @@
 //! Recovery of per-core i-transaction rings built block by block on a simulated device:
 //! replay in sub-tid order across rings, the stop at the first missing sub-tid, torn
 //! headers and torn later blocks, i-transactions of other tids, and the private incompat
-//! bit (kept while records wait for the file system, cleared when nothing is live).
+//! bit (kept while records wait for the file system, cleared when nothing is live), and
+//! the data blocks i-transactions carry, written home in sub-tid order up to the gap.
 
 use jext_device::{BlockDevice, SimDevice};
 use jext_io::IoQueue;
 use jext_journal::format::fast_commit::FcRecord;
-use jext_journal::format::itransaction::{encode, ring_bounds, ITransaction};
+use jext_journal::format::itransaction::{encode, ring_bounds, CarriedBlock, ITransaction};
 use jext_journal::format::superblock::{INCOMPAT_FAST_COMMIT, INCOMPAT_JEXT_PERCORE};
 use jext_journal::format::JournalSuperblock;
 use jext_journal::{recover, scan, JournalArea, RecoveryReport};
@@ -58,6 +59,19 @@ impl Rig {
 
     /// Appends i-transaction `sub` of `tid` to `ring`; returns where its blocks went.
     fn put(&mut self, ring: u32, tid: u32, sub: u64, first_sub: u64, n: usize) -> Vec<u32> {
+        self.put_carrying(ring, tid, sub, first_sub, n, Vec::new())
+    }
+
+    /// [`Rig::put`], carrying `data`.
+    fn put_carrying(
+        &mut self,
+        ring: u32,
+        tid: u32,
+        sub: u64,
+        first_sub: u64,
+        n: usize,
+        data: Vec<CarriedBlock>,
+    ) -> Vec<u32> {
         let (first, len) = self.region();
         let (ring_first, _) = ring_bounds(first, len, self.nr_rings, ring);
         let it = ITransaction {
@@ -67,6 +81,7 @@ impl Rig {
             sub_tid: sub,
             first_sub_tid: first_sub,
             records: records(sub, n),
+            data,
         };
         let mut at = Vec::new();
         for block in encode(&it, BS) {
@@ -206,4 +221,61 @@ fn without_the_bit_the_rings_are_not_read() {
         .write_at(rig.area.byte_offset(0), &sb.encode(), false)
         .unwrap();
     assert!(rig.recover().fast_commits.records.is_empty());
+}
+
+/// A block of `byte`s for file system block `home`.
+fn carried(home: u64, byte: u8) -> CarriedBlock {
+    CarriedBlock {
+        home,
+        bytes: Arc::from(vec![byte; BS]),
+    }
+}
+
+fn home_byte(rig: &Rig, home: u64) -> u8 {
+    let mut buf = vec![0u8; BS];
+    rig.dev.read_at(home * BS as u64, &mut buf).unwrap();
+    assert!(
+        buf.iter().all(|&b| b == buf[0]),
+        "block {home} is one block"
+    );
+    buf[0]
+}
+
+#[test]
+fn carried_data_goes_home_in_sub_tid_order_up_to_the_gap() {
+    let mut rig = Rig::new(2);
+    rig.put_carrying(
+        0,
+        TID,
+        3,
+        3,
+        1,
+        vec![carried(100, 0xA1), carried(101, 0xB1)],
+    );
+    // Ring 1 holds the later copy of block 101; sub-tid 6 comes after the gap at 5.
+    rig.put_carrying(1, TID, 4, 3, 1, vec![carried(101, 0xB2)]);
+    rig.put_carrying(
+        1,
+        TID,
+        6,
+        3,
+        1,
+        vec![carried(100, 0xEE), carried(102, 0xEE)],
+    );
+    let report = rig.recover();
+    assert_eq!(subs(&report), vec![3, 4]);
+    assert_eq!(report.fast_commits.carried.len(), 3);
+    assert_eq!(home_byte(&rig, 100), 0xA1);
+    assert_eq!(home_byte(&rig, 101), 0xB2, "the later sub-tid's copy wins");
+    assert_eq!(home_byte(&rig, 102), 0, "after the gap: never written");
+}
+
+#[test]
+fn a_carried_block_aimed_at_the_journal_is_an_error() {
+    let mut rig = Rig::new(1);
+    rig.put_carrying(0, TID, 0, 0, 1, vec![carried(JOURNAL_AT + 3, 0x77)]);
+    let err = recover(&rig.io, std::slice::from_ref(&rig.area)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("inside the journal"), "{text}");
+    assert_eq!(home_byte(&rig, JOURNAL_AT + 3), 0, "nothing written");
 }

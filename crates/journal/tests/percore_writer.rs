@@ -107,7 +107,7 @@ fn order_full_rings_and_recovery() {
     let written = |o: FastCommitOutcome| matches!(o, FastCommitOutcome::Written { .. });
     assert!(written(
         journal
-            .percore_commit(0, 0, tid, 0, &records(0, 1))
+            .percore_commit(0, 0, tid, 0, &records(0, 1), &[])
             .unwrap()
     ));
     let sb = superblock(&rig.dev, &rig.area);
@@ -119,7 +119,7 @@ fn order_full_rings_and_recovery() {
         let (journal, returned) = (journal.clone(), returned.clone());
         std::thread::spawn(move || {
             let outcome = journal
-                .percore_commit(2, 0, tid, 0, &records(2, 1))
+                .percore_commit(2, 0, tid, 0, &records(2, 1), &[])
                 .unwrap();
             returned.store(true, Ordering::SeqCst);
             outcome
@@ -132,7 +132,7 @@ fn order_full_rings_and_recovery() {
     );
     assert!(written(
         journal
-            .percore_commit(1, 0, tid, 0, &records(1, 1))
+            .percore_commit(1, 0, tid, 0, &records(1, 1), &[])
             .unwrap()
     ));
     assert!(written(later.join().unwrap()));
@@ -140,13 +140,13 @@ fn order_full_rings_and_recovery() {
     // Too large for any ring: refused, and so is every later sub-tid of the tid.
     assert_eq!(
         journal
-            .percore_commit(3, 0, tid, 0, &records(3, 300))
+            .percore_commit(3, 0, tid, 0, &records(3, 300), &[])
             .unwrap(),
         FastCommitOutcome::NoRoom
     );
     assert_eq!(
         journal
-            .percore_commit(4, 0, tid, 0, &records(4, 1))
+            .percore_commit(4, 0, tid, 0, &records(4, 1), &[])
             .unwrap(),
         FastCommitOutcome::NoRoom
     );
@@ -163,7 +163,7 @@ fn order_full_rings_and_recovery() {
     assert_ne!(next, tid);
     assert!(written(
         journal
-            .percore_commit(5, 5, next, 0, &records(5, 1))
+            .percore_commit(5, 5, next, 0, &records(5, 1), &[])
             .unwrap()
     ));
     let crashed = rig.dev.crash();
@@ -189,7 +189,7 @@ fn an_itransaction_is_made_durable_by_a_flush_after_it_not_fua() {
     let tid = change(&journal, 300);
     // The first i-transaction of a tid also points the superblock at the log.
     journal
-        .percore_commit(0, 0, tid, 0, &records(0, 1))
+        .percore_commit(0, 0, tid, 0, &records(0, 1), &[])
         .unwrap();
     let data_write = |byte: u8| {
         let data: Arc<[u8]> = Arc::from(vec![byte; BS as usize]);
@@ -200,7 +200,7 @@ fn an_itransaction_is_made_durable_by_a_flush_after_it_not_fua() {
     let data_flush = data_write(1);
     let before = rig.dev.counters().snapshot();
     let outcome = journal
-        .percore_commit(1, 0, tid, data_flush, &records(1, 1))
+        .percore_commit(1, 0, tid, data_flush, &records(1, 1), &[])
         .unwrap();
     let io = rig.dev.counters().snapshot() - before;
     assert!(matches!(outcome, FastCommitOutcome::Written { blocks: 1 }));
@@ -211,7 +211,7 @@ fn an_itransaction_is_made_durable_by_a_flush_after_it_not_fua() {
     rig.io.flush().unwrap();
     let before = rig.dev.counters().snapshot();
     journal
-        .percore_commit(2, 0, tid, data_flush, &records(2, 1))
+        .percore_commit(2, 0, tid, data_flush, &records(2, 1), &[])
         .unwrap();
     let io = rig.dev.counters().snapshot() - before;
     assert_eq!((io.writes, io.fua_writes, io.flushes), (1, 0, 1), "{io:?}");

@@ -11,7 +11,12 @@
 //! With `ijournal=percore` the same records go to the journal as one jext-private
 //! i-transaction in one of the per-core rings (jext_journal's `percore`), the plan's
 //! ticket being its sub-transaction id and the first ticket of its tid the point from
-//! which recovery replays that tid's i-transactions in order.
+//! which recovery replays that tid's i-transactions in order. There a file that
+//! journals its data (`data=journal`, `chattr +j`, or for now in memory after small
+//! synced appends) is eligible too: its i-transaction carries the blocks the running
+//! transaction journaled for it since the last one (`FcInode::uncarried`, noted by
+//! `file::writeback`'s `journal_pages`), and recovery writes them home. An ext4 fast
+//! commit cannot carry data, so in the default mode such files commit in full.
 //!
 //! Rules that keep replay right (TECHNIQUES.md §1.4):
 //! - a name, range or inode is "uncommitted" while the transaction that changed it is not
@@ -19,8 +24,9 @@
 //! - what a fast commit cannot say falls back to a full commit, counted by reason: until
 //!   the transaction holding a rename, link or xattr change is durable, no fsync writes a
 //!   fast commit (as Linux's ineligible window); a file whose orphan-list link changed
-//!   commits in full until that is durable; special files and data-journaled files
-//!   always commit in full, as does a directory's fsync while the directory is new;
+//!   commits in full until that is durable; special files always commit in full, and so
+//!   do data-journaled files (with `ijournal=percore`, only past [`MAX_CARRIED_BLOCKS`]
+//!   blocks in one tid), as does a directory's fsync while the directory is new;
 //! - a new file under directories made in the same tid: with `ijournal=percore` its
 //!   i-transaction creates them, top down, each once per tid; an ext4 fast commit cannot
 //!   (Linux's replay leaves the group's directory count wrong: `plan_new_directories`
@@ -49,9 +55,11 @@ use crate::op::{Op, Reach};
 use crate::options::IJournal;
 use crate::state::{FsInner, InodeInfo};
 use jext_journal::format::fast_commit::{max_range_len, Dentry, FcRecord, OLD_INODE_SIZE};
+use jext_journal::format::itransaction::CarriedBlock;
 use jext_journal::{tid_gt, FastCommitOutcome, Tid};
 use new_names::NewNames;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// Why an fsync committed the running transaction instead of writing a fast commit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,6 +100,9 @@ pub enum Ineligible {
     /// A barrier (fbarrier, fdatabarrier) ordered changes in a transaction not yet
     /// durable, which a fast commit would be replayed without (`crate::epochs`).
     Barrier,
+    /// `ijournal=percore`: a file that journals its data changed more blocks of it in the
+    /// running transaction than an i-transaction carries.
+    TooMuchData,
 }
 
 impl Ineligible {
@@ -112,6 +123,7 @@ impl Ineligible {
             Ineligible::AreaFull => "area_full",
             Ineligible::AlreadyCommitting => "already_committing",
             Ineligible::Barrier => "barrier",
+            Ineligible::TooMuchData => "too_much_data",
         }
     }
 }
@@ -128,7 +140,26 @@ pub(crate) struct FcInode {
     /// The transaction and `InodeInfo::journaled_changes` its last fast commit that
     /// became durable carried it as of.
     pub fast_committed: Option<(Tid, u64)>,
+    /// With `ijournal=percore`, for a file that journals its data: the blocks the running
+    /// transaction journaled for it that no i-transaction carried yet.
+    pub uncarried: Option<Uncarried>,
 }
+
+/// Blocks of a data-journaling file's data journaled in `tid`, by home block, as
+/// journaled, waiting for an i-transaction to carry them (`ijournal=percore`).
+#[derive(Clone, Debug)]
+pub(crate) struct Uncarried {
+    pub tid: Tid,
+    pub blocks: BTreeMap<u64, Arc<[u8]>>,
+    /// More were journaled than an i-transaction carries: the file commits in full
+    /// until the next transaction.
+    pub too_many: bool,
+}
+
+/// Data blocks one i-transaction carries at most, from all its files: a larger sync
+/// commits in full (a full commit writes every block once for all the fsyncs waiting,
+/// and a ring this size leaves room for others).
+const MAX_CARRIED_BLOCKS: usize = 16;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NewName {
@@ -154,6 +185,56 @@ impl FcInode {
     /// Whether anything here still matters (a transaction named in it is not durable).
     pub fn is_live(&self, durable: Tid) -> bool {
         self.changed.is_some_and(|(_, _, t)| tid_gt(t, durable))
+            || self
+                .uncarried
+                .as_ref()
+                .is_some_and(|u| tid_gt(u.tid, durable))
+    }
+
+    /// Notes that transaction `tid` journaled `bytes` as the contents of the file's
+    /// block `home`. Blocks noted in an earlier tid are dropped: an i-transaction of
+    /// `tid` is written only once that one is durable, and it holds them.
+    pub fn note_journaled(&mut self, tid: Tid, home: u64, bytes: Arc<[u8]>) {
+        let fresh = || Uncarried {
+            tid,
+            blocks: BTreeMap::new(),
+            too_many: false,
+        };
+        let uncarried = self.uncarried.get_or_insert_with(fresh);
+        if uncarried.tid != tid {
+            *uncarried = fresh();
+        }
+        if uncarried.too_many {
+            return;
+        }
+        uncarried.blocks.insert(home, bytes);
+        if uncarried.blocks.len() > MAX_CARRIED_BLOCKS {
+            uncarried.blocks.clear();
+            uncarried.too_many = true;
+        }
+    }
+
+    /// Whether the blocks noted for `tid` are more than an i-transaction carries.
+    fn too_much_data(&self, tid: Tid) -> bool {
+        self.uncarried
+            .as_ref()
+            .is_some_and(|u| u.tid == tid && u.too_many)
+    }
+
+    /// The blocks noted for `tid`, taken: each goes in one i-transaction, and a later
+    /// one of the same tid replays after it (or not at all, if it is not written).
+    fn take_carried(&mut self, tid: Tid) -> Vec<CarriedBlock> {
+        match self.uncarried.take() {
+            Some(u) if u.tid == tid && !u.too_many => u
+                .blocks
+                .into_iter()
+                .map(|(home, bytes)| CarriedBlock { home, bytes })
+                .collect(),
+            other => {
+                self.uncarried = other;
+                Vec::new()
+            }
+        }
     }
 
     pub fn note_changed(&mut self, from: u32, to: u64, tid: Tid) {
@@ -280,7 +361,10 @@ impl FcState {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FastCommitStats {
     pub fast_commits: u64,
+    /// Blocks they took, their carried data blocks included.
     pub fast_commit_blocks: u64,
+    /// Data blocks i-transactions carried (`ijournal=percore`).
+    pub carried_blocks: u64,
     /// Fast commits found unnecessary when their turn came (the full commit was durable).
     pub obsolete: u64,
     /// Full commits instead, by reason.
@@ -294,6 +378,11 @@ pub(crate) struct Plan {
     pub first_ticket_of_tid: u64,
     pub tid: Tid,
     pub records: Vec<FcRecord>,
+    /// Data blocks it carries (`ijournal=percore`, files that journal their data).
+    pub data: Vec<CarriedBlock>,
+    /// The flush its files' data written in place needs first; `None`: whatever
+    /// completed so far (`IoQueue::covering_flush`).
+    pub data_flush: Option<u64>,
     /// The regular file this fast commit makes durable, and its
     /// `InodeInfo::journaled_changes` as planned.
     pub file: Option<(u32, u64)>,
@@ -319,11 +408,24 @@ pub(crate) fn plan(op: &mut Op, ino: u32, wanted: Tid) -> FsResult<Result<Plan, 
     }
     let durable = fs.journal.committed_tid();
     if is_dir {
-        let records = match directory_records(op, ino, durable)? {
+        let mut children = Vec::new();
+        let records = match directory_records(op, ino, durable, &mut children)? {
             Ok(records) => records,
             Err(reason) => return Ok(Err(reason)),
         };
-        return Ok(take_ticket(fs, tid, durable, records, None, |_| Ok(())));
+        let draft = Draft {
+            records,
+            file: None,
+            data_flush: None,
+        };
+        let carry = || {
+            let mut data = Vec::new();
+            for child in children {
+                data.extend(op.inode_mut(child).fc.take_carried(tid));
+            }
+            data
+        };
+        return Ok(take_ticket(fs, tid, durable, draft, |_| Ok(()), carry));
     }
     let chain = match new_chain(fs, ino, durable) {
         Ok(chain) => chain,
@@ -345,9 +447,25 @@ pub(crate) fn plan(op: &mut Op, ino: u32, wanted: Tid) -> FsResult<Result<Plan, 
     if let Err(reason) = grew_parent(fs, chain.first().map(|(_, name)| name), durable) {
         return Ok(Err(reason));
     }
-    let records = file_records(op, ino, chain.first().map(|(_, name)| name), durable)?;
-    let file = Some((ino, op.inode(ino).journaled_changes));
-    Ok(take_ticket(fs, tid, durable, records, file, |_| Ok(())))
+    let draft = Draft {
+        records: file_records(op, ino, chain.first().map(|(_, name)| name), durable)?,
+        file: Some((ino, op.inode(ino).journaled_changes)),
+        data_flush: in_place_flush(fs, op.inode(ino)),
+    };
+    let carry = || op.inode_mut(ino).fc.take_carried(tid);
+    Ok(take_ticket(fs, tid, durable, draft, |_| Ok(()), carry))
+}
+
+/// The flush the data `info`'s file wrote in place needs before a fast commit may point
+/// at it; `None`: whatever completed so far. A file that journals its data wrote none in
+/// place since it began to (the switch flushed what came before: `journal_mode`), and
+/// its i-transactions carry what it journaled since.
+fn in_place_flush(fs: &FsInner, info: &InodeInfo) -> Option<u64> {
+    match fs.options.ijournal {
+        IJournal::PerCore if fs.flags_journal_data(&info.raw) => Some(0),
+        IJournal::PerCore if info.journals_in_memory => info.in_place_flush,
+        _ => None,
+    }
 }
 
 /// A regular file's records: for a new one, as Linux writes them, the inode, its blocks,
@@ -492,33 +610,46 @@ fn plan_new_directories(
         records.push(FcRecord::Creat(dentry(name, *dir)));
     }
     records.extend(file_records(op, ino, Some(&chain[0].1), durable)?);
-    let file = Some((ino, op.inode(ino).journaled_changes));
+    let draft = Draft {
+        records,
+        file: Some((ino, op.inode(ino).journaled_changes)),
+        data_flush: in_place_flush(fs, op.inode(ino)),
+    };
     // Another fsync below one of them may have created it since the list was taken.
     let guard = |fc: &FcState| match dirs.iter().any(|&(dir, _)| fc.carried_in(dir, tid)) {
         true => Err(Ineligible::NewDirectory),
         false => Ok(()),
     };
-    Ok(take_ticket(fs, tid, durable, records, file, guard))
+    let carry = || op.inode_mut(ino).fc.take_carried(tid);
+    Ok(take_ticket(fs, tid, durable, draft, guard, carry))
 }
 
-/// The plan for `records`, after the UNLINK records of every removal not yet carried,
+/// A plan before its ticket and data ([`take_ticket`]).
+struct Draft {
+    records: Vec<FcRecord>,
+    file: Option<(u32, u64)>,
+    data_flush: Option<u64>,
+}
+
+/// The plan for `draft`, after the UNLINK records of every removal not yet carried,
 /// with the next ticket: one critical section, so that a removal is carried by the
 /// first fast commit (in ticket order) planned after it, and `guard` judges the state
 /// the ticket is taken in (which names fast commits created); if it refuses, no ticket
-/// is taken.
+/// is taken, and nothing is taken from the files: `carry` (their data blocks, which
+/// only one i-transaction may take) runs only once the ticket is.
 fn take_ticket(
     fs: &FsInner,
     tid: Tid,
     durable: Tid,
-    records: Vec<FcRecord>,
-    file: Option<(u32, u64)>,
+    draft: Draft,
     guard: impl FnOnce(&FcState) -> Result<(), Ineligible>,
+    carry: impl FnOnce() -> Vec<CarriedBlock>,
 ) -> Result<Plan, Ineligible> {
     let mut fc = fs.fc.lock();
     guard(&fc)?;
-    fc.note_carried(&records, tid, durable);
+    fc.note_carried(&draft.records, tid, durable);
     let mut all = fc.unlink_records(durable);
-    all.extend(records);
+    all.extend(draft.records);
     let ticket = fc.next_ticket;
     fc.next_ticket += 1;
     let first_ticket_of_tid = match fc.tid_first_ticket {
@@ -528,12 +659,15 @@ fn take_ticket(
             ticket
         }
     };
+    let data = carry();
     Ok(Plan {
         ticket,
         first_ticket_of_tid,
         tid,
         records: all,
-        file,
+        data,
+        data_flush: draft.data_flush,
+        file: draft.file,
     })
 }
 
@@ -565,11 +699,13 @@ pub(crate) fn note_durable(op: &mut Op, tid: Tid, file: (u32, u64)) {
 /// queued entry change); SQLite's rollback journal fsyncs its directory on every
 /// transaction. A child this cannot say (a new directory or special file, an open
 /// unlinked file) makes the fsync commit in full. The children are locked here, after
-/// the directory, in ascending order (all regular files).
+/// the directory, in ascending order (all regular files); those it creates are pushed to
+/// `created` (their data goes with them).
 fn directory_records(
     op: &mut Op,
     dir: u32,
     durable: Tid,
+    created: &mut Vec<u32>,
 ) -> FsResult<Result<Vec<FcRecord>, Ineligible>> {
     let children = match new_children(op.fs, dir, durable) {
         Ok(children) => children,
@@ -600,6 +736,7 @@ fn directory_records(
         records.extend(ranges);
         records.push(FcRecord::Creat(dentry(name, *child)));
         records.push(inode_record(op.fs, op.inode(*child), *child));
+        created.push(*child);
     }
     Ok(Ok(records))
 }
@@ -636,13 +773,9 @@ fn eligible_directory(fs: &FsInner, dir: u32) -> Result<(), Ineligible> {
 }
 
 /// Writes a planned fast commit, or notes why the fsync must commit in full; returns
-/// whether the file is durable without a full commit. `data_flush` is the flush that
-/// makes the file's data durable (`IoQueue::covering_flush` once its writes completed).
-pub(crate) fn write(
-    fs: &FsInner,
-    plan: Result<Plan, Ineligible>,
-    data_flush: u64,
-) -> FsResult<bool> {
+/// whether the file is durable without a full commit. Called once every data write of
+/// the plan's files completed, so that [`jext_io::IoQueue::covering_flush`] covers them.
+pub(crate) fn write(fs: &FsInner, plan: Result<Plan, Ineligible>) -> FsResult<bool> {
     let plan = match plan {
         Ok(plan) => plan,
         Err(reason) => {
@@ -650,6 +783,7 @@ pub(crate) fn write(
             return Ok(false);
         }
     };
+    let data_flush = plan.data_flush.unwrap_or_else(|| fs.io.covering_flush());
     let journal = &fs.journal;
     let outcome = match fs.options.ijournal {
         IJournal::Single => journal.fast_commit(plan.ticket, plan.tid, data_flush, plan.records)?,
@@ -659,6 +793,7 @@ pub(crate) fn write(
             plan.tid,
             data_flush,
             &plan.records,
+            &plan.data,
         )?,
     };
     match outcome {
@@ -666,6 +801,7 @@ pub(crate) fn write(
             let mut stats = fs.fc_stats.lock();
             stats.fast_commits += 1;
             stats.fast_commit_blocks += u64::from(blocks);
+            stats.carried_blocks += plan.data.len() as u64;
             Ok(true)
         }
         FastCommitOutcome::Obsolete => {
@@ -700,11 +836,18 @@ fn eligible(fs: &FsInner, info: &InodeInfo, ino: u32) -> Result<(), Ineligible> 
     if fc.orphan_changed(ino, durable) || info.raw.links_count() == 0 {
         return Err(Ineligible::Orphan);
     }
-    if info.journals_in_memory {
-        return Err(Ineligible::JournalsInMemory);
-    }
     if fs.journals_data(info) {
-        return Err(Ineligible::DataJournaled);
+        match fs.options.ijournal {
+            // An ext4 fast commit carries no data: the full commit carries it.
+            IJournal::Single if info.journals_in_memory => {
+                return Err(Ineligible::JournalsInMemory)
+            }
+            IJournal::Single => return Err(Ineligible::DataJournaled),
+            IJournal::PerCore if info.fc.too_much_data(fs.journal.fast_commit_tid()) => {
+                return Err(Ineligible::TooMuchData)
+            }
+            IJournal::PerCore => {}
+        }
     }
     match fc.ineligible {
         Some((tid, reason)) if tid_gt(tid, durable) => Err(reason),

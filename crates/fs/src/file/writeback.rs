@@ -21,6 +21,7 @@ use super::{DataInFlight, Run};
 use crate::blockmap;
 use crate::error::FsResult;
 use crate::op::{Op, Reach};
+use crate::options::IJournal;
 use crate::state::FsInner;
 use crate::tx::Tx;
 use jext_io::{IoFlags, WriteRequest};
@@ -576,13 +577,20 @@ fn journal_pages(
         // nothing else about the file changed (an overwrite in place).
         tx.mark_datasync(ino);
     }
+    let tid = tx.tid();
+    if tx.fs.options.ijournal == IJournal::PerCore {
+        // The fsync's i-transaction carries these bytes, as this transaction has them.
+        let fc = &mut tx.op.inode_mut(ino).fc;
+        for (i, data, _) in &pages {
+            fc.note_journaled(tid, phys + i, data.clone());
+        }
+    }
     {
         let mut cache = tx.fs.pages.lock();
         for (i, _, _) in &pages {
             cache.mark_clean(ino, index + i);
         }
     }
-    let tid = tx.tid();
     tx.op.inode_mut(ino).journaled_data_tid = Some(tid);
     Ok(())
 }

@@ -251,10 +251,9 @@ impl System {
                 small_syncs: *small_syncs,
                 ..MountOptions::default()
             },
-            // Every fsync an i-transaction can carry goes to the rings.
+            // Small synced appends journal their data, which their i-transactions carry.
             System::JextPercore { .. } => MountOptions {
                 ijournal: IJournal::PerCore,
-                small_syncs: SmallSyncs::InPlace,
                 ..MountOptions::default()
             },
             other => unreachable!("{} is not jext through the library", other.name()),

@@ -178,7 +178,8 @@ enum Command {
         /// journal records (journal_records=blocks), +percore for per-core i-transactions
         /// (ijournal=percore), +in_place for small synced appends written in place
         /// (small_syncs=in_place); default: the six data and commit modes,
-        /// journal+blocks, ordered+in_place, ordered+percore+in_place and adaptive.
+        /// journal+blocks, ordered+in_place, ordered+percore+in_place, ordered+percore,
+        /// journal+percore and adaptive.
         #[arg(long = "mode")]
         modes: Vec<String>,
         /// Only this workload (repeatable), e.g. ace1-17, ace3-5, create-delete-10.

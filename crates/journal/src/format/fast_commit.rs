@@ -314,6 +314,9 @@ pub struct FastCommitScan {
     /// Why the scan stopped where it did, when it was not the end of the valid commits
     /// that ends every healthy area (a HEAD of another tid, or zeros).
     pub stopped_by: Option<String>,
+    /// Data blocks the i-transactions carried (`ijournal=percore`; never in an ext4 fast
+    /// commit), in sub-tid order: recovery writes them home after the log's copies.
+    pub carried: Vec<crate::format::itransaction::CarriedBlock>,
 }
 
 /// Reads the fast-commit area block by block, as the kernel's replay scan does, and keeps
