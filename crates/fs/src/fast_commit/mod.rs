@@ -156,9 +156,10 @@ pub(crate) struct Uncarried {
     pub too_many: bool,
 }
 
-/// Data blocks one i-transaction carries at most, from all its files: a larger sync
+/// Data blocks an i-transaction carries at most for one file in one tid: a larger sync
 /// commits in full (a full commit writes every block once for all the fsyncs waiting,
-/// and a ring this size leaves room for others).
+/// and a ring of 32 blocks, the region of a 64 MiB journal split in 8, still holds
+/// another i-transaction beside one this size).
 const MAX_CARRIED_BLOCKS: usize = 16;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
