@@ -965,3 +965,50 @@ fn push_add_ranges(
         at += len;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(byte: u8) -> Arc<[u8]> {
+        Arc::from(vec![byte; 64])
+    }
+
+    fn homes(data: &[CarriedBlock]) -> Vec<(u64, u8)> {
+        data.iter().map(|d| (d.home, d.bytes[0])).collect()
+    }
+
+    #[test]
+    fn journaled_blocks_are_carried_once_with_their_newest_bytes() {
+        let mut fc = FcInode::default();
+        fc.note_journaled(7, 100, page(1));
+        fc.note_journaled(7, 101, page(2));
+        fc.note_journaled(7, 100, page(3));
+        assert!(fc.is_live(6) && !fc.is_live(7));
+        // A plan of another tid takes nothing and leaves them.
+        assert!(fc.take_carried(8).is_empty());
+        assert_eq!(homes(&fc.take_carried(7)), vec![(100, 3), (101, 2)]);
+        assert!(
+            fc.take_carried(7).is_empty(),
+            "each block goes in one i-transaction"
+        );
+        // A newer tid drops what an older one noted: its i-transactions wait for it.
+        fc.note_journaled(7, 102, page(4));
+        fc.note_journaled(8, 103, page(5));
+        assert_eq!(homes(&fc.take_carried(8)), vec![(103, 5)]);
+    }
+
+    #[test]
+    fn more_blocks_than_an_i_transaction_carries_commit_in_full_for_that_tid() {
+        let mut fc = FcInode::default();
+        for home in 0..=MAX_CARRIED_BLOCKS as u64 {
+            fc.note_journaled(9, home, page(1));
+        }
+        assert!(fc.too_much_data(9) && !fc.too_much_data(10));
+        assert!(fc.take_carried(9).is_empty());
+        assert!(fc.too_much_data(9), "stays until the tid is over");
+        fc.note_journaled(10, 5, page(2));
+        assert!(!fc.too_much_data(10));
+        assert_eq!(homes(&fc.take_carried(10)), vec![(5, 2)]);
+    }
+}
