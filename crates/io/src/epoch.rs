@@ -21,7 +21,10 @@
 //! (`blk-flush`): a flush wanted meanwhile is dispatched when that one completes, and
 //! then covers every write completed by then. Fsyncs whose writes complete during one
 //! flush so share the next (a group flush); dispatching each at once would make every
-//! device flush cover one or two of them, at the same cost each.
+//! device flush cover one or two of them, at the same cost each. A wanted flush also
+//! waits for the sync writes (not background writeback) in flight when it was first
+//! wanted, at most one write's time, so that fsyncs whose writes are in the device
+//! together share it.
 //!
 //! A `PREFLUSH` write is a full drain: it goes only after everything issued before it has
 //! transferred and a flush after that completed, and nothing issued after it goes first.

@@ -442,6 +442,41 @@ fn flushes_wanted_during_a_flush_share_the_next_one() {
     assert_eq!(b[0], 6, "the shared flush made the later writes durable");
 }
 
+/// A flush waits for the sync writes that were in flight when it was wanted, so that it
+/// covers them too.
+#[test]
+fn a_flush_waits_for_the_sync_writes_in_flight_when_it_was_wanted() {
+    let dev = Scripted::new(false, 4);
+    let q = Arc::new(queue(&dev, 4));
+    let done = q.issue(vec![request(1, Kind::Orderless)]);
+    dev.complete_all();
+    done.wait_transferred().unwrap();
+    let in_flight = q.issue(vec![request(3, Kind::Orderless)]);
+    while !in_flight.is_dispatched() {
+        std::thread::yield_now();
+    }
+    let flusher = {
+        let q = q.clone();
+        std::thread::spawn(move || q.flush())
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(dev.held(), 1, "only the write: the flush waits for it");
+    assert!(dev.complete(0), "the write");
+    while dev.held() == 0 {
+        std::thread::yield_now();
+    }
+    assert!(dev.complete(0), "the flush");
+    flusher.join().unwrap().unwrap();
+    assert_eq!(dev.sim.counters().snapshot().flushes, 1);
+    let crashed = dev.sim.crash();
+    let mut b = vec![0u8; 512];
+    crashed.read_at(3 * BLOCK, &mut b).unwrap();
+    assert_eq!(
+        b[0], 4,
+        "the one flush covered the write that was in flight"
+    );
+}
+
 /// Background writeback (blk-wbt's idea): a sync write issued behind a backlog of it goes
 /// at once; while sync IO is in the device, only two background commands are; none is
 /// merged past 1 MiB. Nothing is lost on the way.
