@@ -25,6 +25,13 @@ fn block(byte: u8) -> Arc<[u8]> {
     Arc::from(vec![byte; BLOCK as usize])
 }
 
+/// The first byte of block `index` in what a crash of `dev` would keep now.
+fn byte_after_a_crash(dev: &Scripted, index: u64) -> u8 {
+    let mut b = vec![0u8; 512];
+    dev.sim.crash().read_at(index * BLOCK, &mut b).unwrap();
+    b[0]
+}
+
 /// What a test issued: one write per block.
 #[derive(Clone, Copy, Debug)]
 enum Kind {
@@ -386,26 +393,36 @@ fn stages_come_in_order_and_durability_costs_one_shared_flush() {
         "one flush for four waiters"
     );
     assert_eq!(dev.held(), 0);
-    let crashed = dev.sim.crash();
-    let mut b = vec![0u8; 512];
-    crashed.read_at(7 * BLOCK, &mut b).unwrap();
-    assert_eq!(b[0], 8, "durable means it survives the crash");
+    assert_eq!(
+        byte_after_a_crash(&dev, 7),
+        8,
+        "durable means it survives the crash"
+    );
+}
+
+/// A queue 4 deep on a scripted device, block 1 written and transferred (not durable).
+fn queue_with_one_write_transferred() -> (Arc<Scripted>, Arc<IoQueue>) {
+    let dev = Scripted::new(false, 4);
+    let q = Arc::new(queue(&dev, 4));
+    let first = q.issue(vec![request(1, Kind::Orderless)]);
+    dev.complete_all();
+    first.wait_transferred().unwrap();
+    (dev, q)
+}
+
+fn flush_in_a_thread(
+    q: &Arc<IoQueue>,
+) -> std::thread::JoinHandle<Result<(), jext_io::jext_device::DeviceError>> {
+    let q = q.clone();
+    std::thread::spawn(move || q.flush())
 }
 
 /// One flush in flight at a time: the flushes wanted while one is in flight wait for it
 /// and then share one, which covers every write completed by its dispatch.
 #[test]
 fn flushes_wanted_during_a_flush_share_the_next_one() {
-    let dev = Scripted::new(false, 4);
-    let q = Arc::new(queue(&dev, 4));
-    let first = q.issue(vec![request(1, Kind::Orderless)]);
-    dev.complete_all();
-    first.wait_transferred().unwrap();
-    let flush_of = |q: &Arc<IoQueue>| {
-        let q = q.clone();
-        std::thread::spawn(move || q.flush())
-    };
-    let early = flush_of(&q);
+    let (dev, q) = queue_with_one_write_transferred();
+    let early = flush_in_a_thread(&q);
     while dev.held() == 0 {
         std::thread::yield_now();
     }
@@ -419,7 +436,7 @@ fn flushes_wanted_during_a_flush_share_the_next_one() {
     dev.complete(1);
     dev.complete(1);
     later.wait_transferred().unwrap();
-    let waiters: Vec<_> = (0..3).map(|_| flush_of(&q)).collect();
+    let waiters: Vec<_> = (0..3).map(|_| flush_in_a_thread(&q)).collect();
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(
         dev.held(),
@@ -436,29 +453,23 @@ fn flushes_wanted_during_a_flush_share_the_next_one() {
         w.join().unwrap().unwrap();
     }
     assert_eq!(dev.sim.counters().snapshot().flushes, 2);
-    let crashed = dev.sim.crash();
-    let mut b = vec![0u8; 512];
-    crashed.read_at(5 * BLOCK, &mut b).unwrap();
-    assert_eq!(b[0], 6, "the shared flush made the later writes durable");
+    assert_eq!(
+        byte_after_a_crash(&dev, 5),
+        6,
+        "the shared flush made the later writes durable"
+    );
 }
 
 /// A flush waits for the sync writes that were in flight when it was wanted, so that it
 /// covers them too.
 #[test]
 fn a_flush_waits_for_the_sync_writes_in_flight_when_it_was_wanted() {
-    let dev = Scripted::new(false, 4);
-    let q = Arc::new(queue(&dev, 4));
-    let done = q.issue(vec![request(1, Kind::Orderless)]);
-    dev.complete_all();
-    done.wait_transferred().unwrap();
+    let (dev, q) = queue_with_one_write_transferred();
     let in_flight = q.issue(vec![request(3, Kind::Orderless)]);
     while !in_flight.is_dispatched() {
         std::thread::yield_now();
     }
-    let flusher = {
-        let q = q.clone();
-        std::thread::spawn(move || q.flush())
-    };
+    let flusher = flush_in_a_thread(&q);
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(dev.held(), 1, "only the write: the flush waits for it");
     assert!(dev.complete(0), "the write");
@@ -468,11 +479,9 @@ fn a_flush_waits_for_the_sync_writes_in_flight_when_it_was_wanted() {
     assert!(dev.complete(0), "the flush");
     flusher.join().unwrap().unwrap();
     assert_eq!(dev.sim.counters().snapshot().flushes, 1);
-    let crashed = dev.sim.crash();
-    let mut b = vec![0u8; 512];
-    crashed.read_at(3 * BLOCK, &mut b).unwrap();
     assert_eq!(
-        b[0], 4,
+        byte_after_a_crash(&dev, 3),
+        4,
         "the one flush covered the write that was in flight"
     );
 }
