@@ -232,8 +232,13 @@ impl IoQueue {
     /// Makes every write that completed before this call durable (one flush, shared with
     /// any other caller that asks before it is dispatched).
     pub fn flush(&self) -> Result<(), DeviceError> {
-        let number = self.dispatcher.next_flush();
-        self.dispatcher.wait_for_flush(number)
+        self.dispatcher.wait_for_flush(self.next_flush())
+    }
+
+    /// The number the next dispatched flush will get: it will cover every write completed
+    /// before this call, whoever dispatches it ([`IoQueue::wait_for_flush`]).
+    pub fn next_flush(&self) -> u64 {
+        self.dispatcher.next_flush()
     }
 
     /// The number of the flush after which every write completed before this call is

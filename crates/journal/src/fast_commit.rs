@@ -295,13 +295,7 @@ fn write_group(shared: &Shared, group: &Group) -> Result<Written, JournalError> 
         return Ok(Written::Refused);
     }
     shared.point_superblock_at_log(group.tid)?;
-    let written = write_durably(
-        shared,
-        area.first + start,
-        blocks,
-        group.data_flush,
-        Durably::Fua,
-    )?;
+    let written = write_durably(shared, area.first + start, blocks, group.data_flush)?;
     shared.note_fast_commit(written);
     Ok(Written::At { start, written })
 }
@@ -338,24 +332,27 @@ fn settle(st: &mut AreaState, group: &Group, written: Result<Written, JournalErr
     st.writing = false;
 }
 
-/// How a fast commit's blocks become durable once they are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Durably {
-    /// Every block written with FUA (they merge into one FUA write): a FUA only on the
-    /// last would leave the others in the device's cache when the fsync returns. The
-    /// single area writes one group at a time, and its next group's fsyncs are mostly
-    /// waiting in this one, so a flush after it would serve nobody else.
-    Fua,
-    /// Written plainly, then a flush that the IO layer shares with everyone who asks
-    /// before it is dispatched. Per-core rings write at the same time, and where the
-    /// device has no native FUA (a loop device, an image file) each FUA write is a write
-    /// and a flush of its own. With 8 threads of `jext bench dwsl`, per-core rings made
-    /// 0.48 flushes and 0.98 FUA writes per fsync with FUA, 0.86 flushes with this.
-    SharedFlush,
+/// Writes `blocks` from journal block `first` with FUA (Linux's `REQ_FUA` on a fast
+/// commit's blocks) and returns their count once they are durable. Every block carries
+/// FUA (they merge into one write): a FUA only on the last would leave the others in the
+/// device's cache when the fsync returns. The single area writes one group at a time, and
+/// its next group's fsyncs mostly wait in this one, so a flush after it would serve
+/// nobody else.
+pub(crate) fn write_durably(
+    shared: &Shared,
+    first: u32,
+    blocks: Vec<Arc<[u8]>>,
+    data_flush: u64,
+) -> Result<u32, JournalError> {
+    let flags = match shared.config.barrier {
+        true => IoFlags::FUA,
+        false => IoFlags::empty(),
+    };
+    write_after_data(shared, first, blocks, data_flush, flags)
 }
 
-/// Writes `blocks` from journal block `first` and returns their count once they are
-/// durable, as `durably` says.
+/// Writes `blocks` from journal block `first` with `flags` and returns their count once
+/// they transferred.
 ///
 /// First the files' data they point at must be durable: flush `data_flush`, the one due
 /// when that data's writes completed. Someone else's flush (another ring's, a full
@@ -363,20 +360,15 @@ pub(crate) enum Durably {
 /// own. A flush rather than a PREFLUSH on the first block, because a PREFLUSH write holds
 /// back every write issued after it until its flush is done, which would make concurrent
 /// fsyncs (other files' data writes, other rings) queue behind this one.
-pub(crate) fn write_durably(
+pub(crate) fn write_after_data(
     shared: &Shared,
     first: u32,
     blocks: Vec<Arc<[u8]>>,
     data_flush: u64,
-    durably: Durably,
+    flags: IoFlags,
 ) -> Result<u32, JournalError> {
     let count = blocks.len() as u32;
-    let barrier = shared.config.barrier;
-    let flags = match (barrier, durably) {
-        (true, Durably::Fua) => IoFlags::FUA,
-        _ => IoFlags::empty(),
-    };
-    if barrier {
+    if shared.config.barrier {
         shared.io.wait_for_flush(data_flush)?;
     }
     let requests = blocks
@@ -388,9 +380,6 @@ pub(crate) fn write_durably(
         })
         .collect();
     shared.io.submit(requests).wait()?;
-    if barrier && durably == Durably::SharedFlush {
-        shared.io.flush()?;
-    }
     Ok(count)
 }
 

@@ -203,6 +203,8 @@ pub(crate) struct Shared {
     pub(crate) fast_commits: crate::fast_commit::FastCommitArea,
     /// The same area as per-core rings, in `ijournal=percore`.
     pub(crate) rings: Option<crate::percore::Rings>,
+    /// The rings' writers coming to their flush (`crate::group_flush`).
+    pub(crate) group_flush: crate::group_flush::GroupFlush,
     /// A copy of `State::committed` readable without the lock.
     committed_tid: AtomicU32,
     /// A copy of `State::dispatched` readable without the lock.
@@ -969,6 +971,7 @@ impl Shared {
             checkpoint_io: Mutex::new(()),
             fast_commits: crate::fast_commit::FastCommitArea::new(0, 0),
             rings: None,
+            group_flush: Default::default(),
             committed_tid: AtomicU32::new(committed),
             dispatched_tid: AtomicU32::new(committed),
         }

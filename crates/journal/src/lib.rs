@@ -17,6 +17,7 @@ pub mod error;
 mod fast_commit;
 mod flush;
 pub mod format;
+mod group_flush;
 mod home;
 pub mod jbuf;
 pub mod journal;

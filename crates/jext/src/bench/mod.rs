@@ -596,6 +596,11 @@ pub fn systems(root: bool) -> Vec<System> {
     }
     // BarrierFS's device classes under the whole file system.
     all.extend(Preset::ALL.map(|preset| System::jext(DataMode::Ordered, Backing::Sim(preset))));
+    // The per-core rings where a flush costs milliseconds, as iJournaling's SSDs: the
+    // flushes its fsyncs share are what decide there (no ext4 runs on the simulator).
+    all.push(System::JextPercore {
+        backing: Backing::Sim(Preset::PlainSsd),
+    });
     all.extend(block_systems(root));
     all
 }

@@ -216,6 +216,8 @@ impl System {
             System::Jext {
                 backing: Backing::Sim(_),
                 ..
+            } | System::JextPercore {
+                backing: Backing::Sim(_)
             } | System::Block(BlockTarget::Sim(_))
         )
     }
@@ -229,7 +231,7 @@ impl System {
                     ..
                 }
                 | System::JextPercore {
-                    backing: Backing::File
+                    backing: Backing::File | Backing::Sim(_)
                 }
                 | System::Block(BlockTarget::Sim(_) | BlockTarget::File(_))
         )
@@ -277,6 +279,17 @@ impl System {
                 Some(Target::Jext(open_jext(
                     device,
                     *fast_commit,
+                    true,
+                    self.jext_options(),
+                )?))
+            }
+            System::JextPercore {
+                backing: Backing::Sim(preset),
+            } => {
+                let device = sim_device(*preset, image_bytes);
+                Some(Target::Jext(open_jext(
+                    device,
+                    true,
                     true,
                     self.jext_options(),
                 )?))
