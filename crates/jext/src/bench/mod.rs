@@ -375,8 +375,6 @@ fn systems_for(experiments: &[Experiment], others: Vec<System>) -> Vec<System> {
     }
 }
 
-/// The JoJ paper's reference, "no file system journaling", on jext's front end: jext's
-/// mount on an image made without a journal.
 /// jext's mount with small synced appends written in place before a fast commit, as ext4
 /// does (`small_syncs=in_place`), beside the default that journals them.
 pub const JEXT_SMALL_SYNCS_IN_PLACE: System = System::JextMount {
@@ -387,6 +385,8 @@ pub const JEXT_SMALL_SYNCS_IN_PLACE: System = System::JextMount {
     barrier_syncs: false,
 };
 
+/// The JoJ paper's reference, "no file system journaling", on jext's front end: jext's
+/// mount on an image made without a journal.
 pub const JEXT_NO_JOURNAL: System = System::JextMount {
     name: "jext no journal (FUSE)",
     options: "data=ordered",
@@ -399,9 +399,9 @@ pub const JEXT_NO_JOURNAL: System = System::JextMount {
 /// jext's mount in data=ordered, data=journal with single-I/O and with classic commits,
 /// per-file (rollback journals `+j`, the database and a WAL ordered), data=adaptive,
 /// data=ordered with SQLite's syncs turned into barriers (BarrierFS Fig. 15's ordering
-/// runs; the run ends with `jext sync`), and without a journal; Linux ext4 data=ordered,
-/// data=journal and without a journal.
-/// `data=adaptive` fails its set-up, naming the option, until the mount knows it.
+/// runs; the run ends with `jext sync`), and without a journal; data=ordered over FUSE
+/// io_uring, with and without the writeback cache, where the kernel allows it; Linux ext4
+/// data=ordered, data=journal and without a journal.
 pub fn sqlite_systems(root: bool) -> Vec<System> {
     if !root {
         return Vec::new();
@@ -411,7 +411,7 @@ pub fn sqlite_systems(root: bool) -> Vec<System> {
         writeback_cache: false,
         uring: false,
     };
-    vec![
+    let mut all = vec![
         fuse(DataMode::Ordered),
         JEXT_SMALL_SYNCS_IN_PLACE,
         // SQLite's small writes are where the kernel's writeback cache pays most.
@@ -457,7 +457,21 @@ pub fn sqlite_systems(root: bool) -> Vec<System> {
             features: "",
         },
         EXT4_NO_JOURNAL,
-    ]
+    ];
+    // A transaction is some 20-30 requests, each a round trip: the other transport's
+    // are shorter (issue 11).
+    for writeback_cache in [false, true] {
+        let uring = System::JextFuse {
+            mode: DataMode::Ordered,
+            writeback_cache,
+            uring: true,
+        };
+        match jext_fuse::uring_unavailable() {
+            None => all.push(uring),
+            Some(why) => eprintln!("jext bench: {} SKIPPED: {why}", uring.name()),
+        }
+    }
+    all
 }
 
 /// Linux ext4 made with `-O ^has_journal`; mounted with its defaults, since ext4 refuses
