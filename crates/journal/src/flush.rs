@@ -23,6 +23,8 @@
 //!
 //! A round runs when someone needs durability (fsync, the timer's commits, the
 //! checkpoint, shutdown), or, on a device without a barrier write, an ordering (fbarrier).
+//! A durable round first waits a moment, once, while fsyncs under way are still coming to
+//! it (`crate::sync_batch`), so that one flush makes them all durable.
 //!
 //! Promises: transactions become durable, and are published, in tid order; a tid is
 //! published durable only after its commit block is; a durable revoke is published only
@@ -35,6 +37,7 @@ use crate::JournalError;
 use jext_io::{IoFlags, IoTicket, WriteRequest};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// One committing transaction as a round sees it.
 struct Item {
@@ -54,6 +57,7 @@ pub(crate) fn flush_thread(shared: Arc<Shared>) {
             return;
         };
         let mut items = take_items(&mut st);
+        let started = Instant::now();
         let result = MutexGuard::unlocked(&mut st, || run_round(&shared, &mut items, durable));
         if let Err(err) = result {
             shared.abort(&mut st, err);
@@ -61,6 +65,7 @@ pub(crate) fn flush_thread(shared: Arc<Shared>) {
         }
         if durable {
             st = complete(&shared, st, &items);
+            st.sync_batch.note_round(started.elapsed());
         } else {
             give_back(&mut st, items);
         }
@@ -97,6 +102,10 @@ fn wait_for_work(shared: &Shared, st: &mut MutexGuard<'_, State>) -> Option<bool
                 .iter()
                 .find(|(_, done)| !done)
                 .is_some_and(|(tid, _)| st.dispatch_requested.is_some_and(|r| tid_geq(r, *tid)));
+            if durable && !st.helpers_stop && waited_for_company(shared, st, first) {
+                // Look again: more transactions may have been dispatched meanwhile.
+                continue;
+            }
             if durable || ordering {
                 return Some(durable);
             }
@@ -104,6 +113,29 @@ fn wait_for_work(shared: &Shared, st: &mut MutexGuard<'_, State>) -> Option<bool
             return None;
         }
         shared.flush_wake.wait(st);
+    }
+}
+
+/// Before a durable round whose first transaction is `first`: waits, once per round, while
+/// fsyncs under way are still coming to it (`SyncBatch::round_wait`): not yet waiting for
+/// a full commit, or waiting for one the commit thread has not dispatched yet. Returns
+/// whether it waited.
+fn waited_for_company(shared: &Shared, st: &mut MutexGuard<'_, State>, first: Tid) -> bool {
+    let under_way = |st: &mut MutexGuard<'_, State>| {
+        MutexGuard::unlocked(st, || shared.fast_commits.fsyncs_under_way())
+    };
+    let now_under_way = under_way(st);
+    let Some(wait) = st.sync_batch.round_wait(first, now_under_way) else {
+        return false;
+    };
+    let deadline = Instant::now() + wait;
+    loop {
+        let undispatched =
+            st.commit_requested.is_some() || st.committing.iter().any(|t| t.log_ticket.is_none());
+        let others_coming = undispatched || under_way(st) > st.sync_batch.waiting;
+        if !others_coming || shared.flush_wake.wait_until(st, deadline).timed_out() {
+            return true;
+        }
     }
 }
 

@@ -12,8 +12,15 @@
 //! (`bench/results/2026-11-27-small-syncs`). A fsync under way that will not commit in
 //! full (a fast commit) still counts as coming: the others then wait their half average.
 //!
-//! Promises: a lone fsync (no other under way) never waits; no fsync waits more than once,
-//! nor longer than half an average commit (at most fast commits' `MAX_BATCH_WAIT`, 5 ms);
+//! The flush thread's durable round waits the same way, once, before it flushes
+//! (`SyncBatch::round_wait`): while fsyncs under way have not come to wait for a full
+//! commit, or wait for one not dispatched yet. Rounds otherwise fall into cohorts too: on
+//! the simulated plain SSD (`jext bench dwsl --only plain-ssd`), 8 threads went from
+//! 78-84 to 110-133 fsyncs/s (bench/results/2026-11-28-group-flush).
+//!
+//! Promises: a lone fsync (no other under way) never waits; no fsync waits more than once
+//! for company at its commit (and its round once more), nor longer than half an average
+//! commit (a round: half an average round) (at most fast commits' `MAX_BATCH_WAIT`, 5 ms);
 //! the last fsync of a batch to arrive starts the commit at once and wakes the others.
 //! Must never: wait while holding anything but the journal's state lock, which the wait
 //! releases.
@@ -31,6 +38,14 @@ pub(crate) struct SyncBatch {
     arrived: Option<(Tid, usize)>,
     /// Moving average of an fsync's full commit, from its request to durability.
     average_commit: Duration,
+    /// Fsyncs waiting for their full commit to be durable: what the flush thread's round
+    /// waits for ([`SyncBatch::round_wait`]).
+    pub(crate) waiting: usize,
+    /// Moving average of a durable round of the flush thread.
+    average_round: Duration,
+    /// The first transaction of the last round that waited for company: a round waits
+    /// once.
+    round_waited: Option<Tid>,
 }
 
 impl Shared {
@@ -41,11 +56,18 @@ impl Shared {
         let mut st = self.state.lock();
         let arrived = st.sync_batch.arrive(tid);
         self.wait_for_company(&mut st, tid, under_way > arrived);
+        st.sync_batch.waiting += 1;
+        if st.sync_batch.waiting >= under_way {
+            // The last to come: a round waiting for company need not wait longer.
+            self.flush_wake.notify_all();
+        }
         drop(st);
         let started = Instant::now();
         let result = self.wait_for(tid, true);
+        let mut st = self.state.lock();
+        st.sync_batch.waiting -= 1;
         if result.is_ok() {
-            self.state.lock().sync_batch.note_commit(started.elapsed());
+            st.sync_batch.note_commit(started.elapsed());
         }
         result
     }
@@ -90,6 +112,27 @@ impl SyncBatch {
     fn note_commit(&mut self, took: Duration) {
         self.average_commit = fold_average(self.average_commit, took);
     }
+
+    /// How long the flush thread's durable round whose first transaction is `first` may
+    /// wait for company, if `under_way` fsyncs are under way: once per round, only while
+    /// some of them are not waiting for a full commit yet (their thread just got the last
+    /// round's answer and comes back, or is still writing), for at most half an average
+    /// round. Without it, syncing threads fall into cohorts that take turns on the flush
+    /// thread: a round goes as soon as the one before completes, with the fsyncs that
+    /// came during it, and those it released come a moment too late.
+    pub(crate) fn round_wait(&mut self, first: Tid, under_way: usize) -> Option<Duration> {
+        let others_coming = under_way > self.waiting;
+        if !others_coming || self.average_round.is_zero() || self.round_waited == Some(first) {
+            return None;
+        }
+        self.round_waited = Some(first);
+        Some((self.average_round / 2).min(MAX_BATCH_WAIT))
+    }
+
+    /// Folds one durable round's time into its moving average.
+    pub(crate) fn note_round(&mut self, took: Duration) {
+        self.average_round = fold_average(self.average_round, took);
+    }
 }
 
 #[cfg(test)]
@@ -104,6 +147,25 @@ mod tests {
         // The next transaction starts a new count.
         assert_eq!(batch.arrive(8), 1);
         assert_eq!(batch.arrive(8), 2);
+    }
+
+    #[test]
+    fn a_round_waits_once_and_only_while_fsyncs_are_still_coming() {
+        let mut batch = SyncBatch::default();
+        // No round measured yet: nothing to wait from.
+        assert_eq!(batch.round_wait(5, 2), None);
+        batch.note_round(Duration::from_millis(2));
+        batch.waiting = 1;
+        // Everyone under way waits for a full commit already: go.
+        assert_eq!(batch.round_wait(5, 1), None);
+        assert_eq!(batch.round_wait(5, 3), Some(Duration::from_millis(1)));
+        // Once per round.
+        assert_eq!(batch.round_wait(5, 3), None);
+        assert_eq!(batch.round_wait(6, 3), Some(Duration::from_millis(1)));
+        for _ in 0..64 {
+            batch.note_round(Duration::from_millis(40));
+        }
+        assert_eq!(batch.round_wait(7, 3), Some(MAX_BATCH_WAIT));
     }
 
     #[test]
