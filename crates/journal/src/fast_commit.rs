@@ -176,8 +176,7 @@ impl AreaState {
     fn batch_wait(&self) -> Option<Duration> {
         let group_ready = self.waiting.contains_key(&self.next_ticket);
         let others_coming = self.under_way > self.waiting.len();
-        (group_ready && others_coming && !self.average_write.is_zero())
-            .then(|| (self.average_write / 2).min(MAX_BATCH_WAIT))
+        company_wait(self.average_write).filter(|_| group_ready && others_coming)
     }
 
     /// Folds one group's write time into the moving average (an eighth of the new one).
@@ -189,6 +188,14 @@ impl AreaState {
 /// The longest an fsync waits for company (JBD2's `max_batch_time` is 15 ms; a fast
 /// commit on a slow disk must not wait that long alone).
 pub(crate) const MAX_BATCH_WAIT: Duration = Duration::from_millis(5);
+
+/// How long a group may wait for company, given the `average` time of what it waits to
+/// share (a write, a commit, a flush): half of it, at most [`MAX_BATCH_WAIT`]; `None`
+/// while nothing was measured yet. Half: a lone fsync pays at worst half again its time,
+/// a joiner saves a whole one.
+pub(crate) fn company_wait(average: Duration) -> Option<Duration> {
+    (!average.is_zero()).then(|| (average / 2).min(MAX_BATCH_WAIT))
+}
 
 /// `average` (zero: none yet) with `took` folded in for an eighth: the moving average the
 /// group commits wait from.

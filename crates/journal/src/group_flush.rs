@@ -22,7 +22,7 @@
 //! Must never: wait holding any lock but its own state lock, which the wait releases (a
 //! ring's head is free by then, so fsyncs queued on that ring can come too).
 
-use crate::fast_commit::{fold_average, MAX_BATCH_WAIT};
+use crate::fast_commit::{company_wait, fold_average};
 use crate::journal::Shared;
 use crate::JournalError;
 use parking_lot::{Condvar, Mutex};
@@ -62,7 +62,7 @@ impl Arrivals {
 
     /// How long a writer may wait for company (`None`: no flush measured yet).
     fn wait_allowed(&self) -> Option<Duration> {
-        (!self.average_flush.is_zero()).then(|| (self.average_flush / 2).min(MAX_BATCH_WAIT))
+        company_wait(self.average_flush)
     }
 }
 
@@ -113,6 +113,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fast_commit::MAX_BATCH_WAIT;
 
     #[test]
     fn arrivals_count_per_flush_number() {

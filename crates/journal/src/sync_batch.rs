@@ -25,7 +25,7 @@
 //! Must never: wait while holding anything but the journal's state lock, which the wait
 //! releases.
 
-use crate::fast_commit::{fold_average, MAX_BATCH_WAIT};
+use crate::fast_commit::{company_wait, fold_average};
 use crate::journal::{request_commit, Shared, State};
 use crate::tid::{tid_geq, Tid};
 use parking_lot::MutexGuard;
@@ -77,14 +77,14 @@ impl Shared {
     /// commit, after which their thread may sync again); the last to come wakes the
     /// others.
     fn wait_for_company(&self, st: &mut MutexGuard<'_, State>, tid: Tid, others_coming: bool) {
-        let average = st.sync_batch.average_commit;
-        if !others_coming || average.is_zero() {
+        let wait = company_wait(st.sync_batch.average_commit).filter(|_| others_coming);
+        let Some(wait) = wait else {
             // The others waiting need not wait longer: this request commits them all.
             request_commit(self, st, tid, true);
             self.changed.notify_all();
             return;
-        }
-        let deadline = Instant::now() + (average / 2).min(MAX_BATCH_WAIT);
+        };
+        let deadline = Instant::now() + wait;
         while uncommitted_running(st, tid) && Instant::now() < deadline {
             self.changed.wait_until(st, deadline);
         }
@@ -122,11 +122,10 @@ impl SyncBatch {
     /// came during it, and those it released come a moment too late.
     pub(crate) fn round_wait(&mut self, first: Tid, under_way: usize) -> Option<Duration> {
         let others_coming = under_way > self.waiting;
-        if !others_coming || self.average_round.is_zero() || self.round_waited == Some(first) {
-            return None;
-        }
+        let wait = company_wait(self.average_round)
+            .filter(|_| others_coming && self.round_waited != Some(first))?;
         self.round_waited = Some(first);
-        Some((self.average_round / 2).min(MAX_BATCH_WAIT))
+        Some(wait)
     }
 
     /// Folds one durable round's time into its moving average.
@@ -138,6 +137,7 @@ impl SyncBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fast_commit::MAX_BATCH_WAIT;
 
     #[test]
     fn arrivals_count_per_transaction() {
