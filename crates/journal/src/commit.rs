@@ -85,13 +85,16 @@ pub(crate) fn commit_thread(shared: Arc<Shared>) {
         if st.aborted.is_some() {
             return;
         }
-        let due = st.running.as_ref().map(|t| {
-            st.shutting_down
-                || st.commit_requested.is_some_and(|r| tid_geq(r, t.tid))
-                || t.started_at.elapsed() >= interval
-        });
-        if due == Some(true) {
-            st = commit_running(&shared, st);
+        if commit_due(&st, interval) {
+            if st.commit_busy {
+                // An fsync commits on its own thread (`crate::inline_commit`); it wakes
+                // this thread when it is done if a commit is still due.
+                shared.commit_wake.wait_for(&mut st, interval);
+                continue;
+            }
+            st.commit_busy = true;
+            commit_running(&shared, &mut st);
+            st.commit_busy = false;
             continue;
         }
         if st.shutting_down {
@@ -107,15 +110,27 @@ pub(crate) fn commit_thread(shared: Arc<Shared>) {
     }
 }
 
-/// Commits the running transaction; returns with the lock held.
-fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+/// Whether the running transaction is due for its commit: asked for, `interval` old, or
+/// the journal shuts down.
+pub(crate) fn commit_due(st: &State, interval: Duration) -> bool {
+    st.running.as_ref().is_some_and(|t| {
+        st.shutting_down
+            || st.commit_requested.is_some_and(|r| tid_geq(r, t.tid))
+            || t.started_at.elapsed() >= interval
+    })
+}
+
+/// Commits the running transaction; returns with the lock held. Only one thread at a time,
+/// the one that set `State::commit_busy`.
+pub(crate) fn commit_running(shared: &Shared, st: &mut MutexGuard<'_, State>) {
+    debug_assert!(st.commit_busy, "one committer at a time");
     let t = st
         .running
         .as_mut()
         .expect("commit_running needs a running transaction");
     t.locked = true;
     while st.running.as_ref().is_some_and(|t| t.updates > 0) {
-        shared.commit_wake.wait(&mut st);
+        shared.commit_wake.wait(st);
     }
     let t = st
         .running
@@ -131,7 +146,7 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
         if st.commit_requested.is_some_and(|r| tid_geq(tid, r)) {
             st.commit_requested = None;
         }
-        return st;
+        return;
     }
     // Whoever asked, or the timer, or the size: a commit is made durable unless only
     // an ordering (fbarrier) asked for it; the flush thread decides from this.
@@ -167,17 +182,16 @@ fn commit_running<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> Mute
                 revokes,
                 home_bases: t.home_bases,
             };
-            reserve_and_dispatch(shared, &mut st, tid, closed, t.ordered_data)
+            reserve_and_dispatch(shared, st, tid, closed, t.ordered_data)
         }
-        None => crate::home::dispatch(shared, &mut st, tid, blocks),
+        None => crate::home::dispatch(shared, st, tid, blocks),
     };
     if let Err(err) = dispatched {
-        shared.abort(&mut st, err);
+        shared.abort(st, err);
     }
     if st.commit_requested.is_some_and(|r| tid_geq(tid, r)) {
         st.commit_requested = None;
     }
-    st
 }
 
 /// What a transaction leaving running gives the commit path: its frozen snapshot, its
@@ -471,18 +485,23 @@ fn dispatch(
         (ticket, dispatched)
     });
     let (ticket, dispatched) = ticket;
-    hand_to_flush(st, tid, ticket, barrier_device || single_io);
+    hand_to_flush(shared, st, tid, ticket, barrier_device || single_io);
     dispatched?;
     if barrier_device {
         shared.publish_dispatched(st, tid);
     }
-    shared.flush_wake.notify_one();
     Ok(())
 }
 
-/// Gives the flush thread committing transaction `tid`'s `ticket`; `commit_issued`: its
-/// commit block (if it has one) went out with it.
-pub(crate) fn hand_to_flush(st: &mut State, tid: Tid, ticket: IoTicket, commit_issued: bool) {
+/// Gives the flush thread committing transaction `tid`'s `ticket` and wakes it;
+/// `commit_issued`: its commit block (if it has one) went out with it.
+pub(crate) fn hand_to_flush(
+    shared: &Shared,
+    st: &mut State,
+    tid: Tid,
+    ticket: IoTicket,
+    commit_issued: bool,
+) {
     let entry = st
         .committing
         .iter_mut()
@@ -490,4 +509,9 @@ pub(crate) fn hand_to_flush(st: &mut State, tid: Tid, ticket: IoTicket, commit_i
         .expect("only the flush thread removes committing transactions, once issued");
     entry.log_ticket = Some(ticket);
     entry.commit_issued = commit_issued;
+    // A round under way (the flush thread's, or an fsync's on its own thread) looks at
+    // the committing list again when it ends: a wake-up now would find nothing to do.
+    if !st.round_busy {
+        shared.flush_wake.notify_one();
+    }
 }

@@ -56,20 +56,39 @@ pub(crate) fn flush_thread(shared: Arc<Shared>) {
         let Some(durable) = wait_for_work(&shared, &mut st) else {
             return;
         };
-        let mut items = take_items(&mut st);
-        let started = Instant::now();
-        let result = MutexGuard::unlocked(&mut st, || run_round(&shared, &mut items, durable));
-        if let Err(err) = result {
-            shared.abort(&mut st, err);
+        st.round_busy = true;
+        if round(&shared, &mut st, durable).is_err() {
             return;
         }
-        if durable {
-            st = complete(&shared, st, &items);
-            st.sync_batch.note_round(started.elapsed());
-        } else {
-            give_back(&mut st, items);
-        }
     }
+}
+
+/// One round over every issued committing transaction, by whoever set `State::round_busy`
+/// (this thread, or an fsync on its own thread: `crate::inline_commit`), which it clears.
+/// An error aborts the journal.
+pub(crate) fn round(
+    shared: &Shared,
+    st: &mut MutexGuard<'_, State>,
+    durable: bool,
+) -> Result<(), JournalError> {
+    debug_assert!(st.round_busy, "one round at a time");
+    let mut items = take_items(st);
+    let started = Instant::now();
+    let result = if items.is_empty() {
+        Ok(())
+    } else {
+        MutexGuard::unlocked(st, || run_round(shared, &mut items, durable))
+    };
+    match result {
+        Err(ref err) => shared.abort(st, err.clone()),
+        Ok(()) if durable => {
+            complete(shared, st, &items);
+            st.sync_batch.note_round(started.elapsed());
+        }
+        Ok(()) => give_back(st, items),
+    }
+    st.round_busy = false;
+    result
 }
 
 /// Waits until a round is due; returns whether it must make its transactions durable,
@@ -78,6 +97,10 @@ fn wait_for_work(shared: &Shared, st: &mut MutexGuard<'_, State>) -> Option<bool
     loop {
         if st.aborted.is_some() {
             return None;
+        }
+        if st.round_busy {
+            shared.flush_wake.wait(st);
+            continue;
         }
         let issued: Vec<(Tid, bool)> = st
             .committing
@@ -106,7 +129,9 @@ fn wait_for_work(shared: &Shared, st: &mut MutexGuard<'_, State>) -> Option<bool
                 // Look again: more transactions may have been dispatched meanwhile.
                 continue;
             }
-            if durable || ordering {
+            // An fsync on its own thread may have taken the round while the lock was let
+            // go; it wakes this thread when it is done if work is left.
+            if (durable || ordering) && !st.round_busy {
                 return Some(durable);
             }
         } else if st.helpers_stop && st.committing.is_empty() {
@@ -283,22 +308,13 @@ fn mark_log_durable(shared: &Shared, tids: &[Tid]) {
 
 /// The round's transactions are durable: they leave the committing list for the
 /// checkpoint list, in order, and the durable tid is published.
-fn complete<'a>(
-    shared: &'a Shared,
-    st: MutexGuard<'a, State>,
-    items: &[Item],
-) -> MutexGuard<'a, State> {
+fn complete(shared: &Shared, st: &mut MutexGuard<'_, State>, items: &[Item]) {
     let Some(last) = items.last() else {
-        return st;
+        return;
     };
     let revokes = items.iter().any(|i| i.has_revokes);
-    let (_io, mut st) = if revokes {
-        drop(st);
-        let io = shared.checkpoint_io.lock();
-        (Some(io), shared.state.lock())
-    } else {
-        (None, st)
-    };
+    // `checkpoint_io` comes before the state lock.
+    let _io = revokes.then(|| MutexGuard::unlocked(st, || shared.checkpoint_io.lock()));
     for item in items {
         let t = st
             .committing
@@ -325,10 +341,9 @@ fn complete<'a>(
         }
     }
     st.stats.durability_rounds += 1;
-    shared.publish_dispatched(&mut st, last.tid);
-    shared.publish_committed(&mut st, last.tid);
-    if shared.log_wants_checkpoint(&st) || st.checkpoint_requested {
+    shared.publish_dispatched(st, last.tid);
+    shared.publish_committed(st, last.tid);
+    if shared.log_wants_checkpoint(st) || st.checkpoint_requested {
         shared.checkpoint_wake.notify_one();
     }
-    st
 }

@@ -58,7 +58,6 @@ pub(crate) fn dispatch(
     let committing = st.committing.len() as u64;
     st.stats.max_committing = st.stats.max_committing.max(committing);
     // Nothing more to write: the flush thread's round only waits and flushes.
-    crate::commit::hand_to_flush(st, tid, ticket, true);
-    shared.flush_wake.notify_one();
+    crate::commit::hand_to_flush(shared, st, tid, ticket, true);
     Ok(())
 }

@@ -142,6 +142,9 @@ pub struct JournalStats {
     /// Times the commit thread woke up (asked, due, or its timer), to show that stopping
     /// a handle does not wake it.
     pub commit_thread_wakeups: u64,
+    /// fsyncs that committed and made their transaction durable on their own thread, the
+    /// commit and flush threads idle (`crate::inline_commit`).
+    pub inline_commits: u64,
     /// Commits written as one write with their commit block (`CommitMode::SingleIo`);
     /// the others had ordered data to make durable first, or single I/O is off.
     pub single_io_commits: u64,
@@ -250,6 +253,13 @@ pub(crate) struct State {
     /// The commit thread waits for log room: the checkpoint's home writes then stop
     /// yielding to other IO (everyone waits for them).
     pub(crate) commit_waits_for_room: bool,
+    /// Someone is committing the running transaction (`crate::commit::commit_running`):
+    /// the commit thread, or an fsync on its own thread (`crate::inline_commit`). One at
+    /// a time: transactions go to the log in tid order.
+    pub(crate) commit_busy: bool,
+    /// Someone is running a round (`crate::flush::round`): the flush thread, or an fsync
+    /// on its own thread. One at a time: transactions become durable in tid order.
+    pub(crate) round_busy: bool,
     /// fsyncs batching into one full commit (`crate::sync_batch`).
     pub(crate) sync_batch: crate::sync_batch::SyncBatch,
     pub(crate) stats: JournalStats,
@@ -298,6 +308,8 @@ impl State {
             shutting_down: false,
             helpers_stop: false,
             checkpoint_requested: false,
+            commit_busy: false,
+            round_busy: false,
             commit_waits_for_room: false,
             sync_batch: Default::default(),
             stats: JournalStats::default(),
@@ -1298,7 +1310,9 @@ impl Handle {
         // Only a lock-down waits for handles to stop (issue 11: a wake-up per stop cost
         // most of the daemon's time in the scheduler).
         if t.locked && t.updates == 0 {
-            self.shared.commit_wake.notify_one();
+            // The committer may be an fsync on its own thread, beside the idle commit
+            // thread on the same condvar.
+            self.shared.commit_wake.notify_all();
         }
     }
 }

@@ -19,6 +19,7 @@ mod flush;
 pub mod format;
 mod group_flush;
 mod home;
+mod inline_commit;
 pub mod jbuf;
 pub mod journal;
 mod log;

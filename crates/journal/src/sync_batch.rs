@@ -54,6 +54,16 @@ impl Shared {
     pub(crate) fn fsync_commit(&self, tid: Tid) -> Result<(), crate::JournalError> {
         let under_way = self.fast_commits.fsyncs_under_way();
         let mut st = self.state.lock();
+        let started = Instant::now();
+        // Alone: nobody to wait for, and nobody to hand the commit to
+        // (`crate::inline_commit`).
+        if under_way <= 1 && self.commit_on_own_thread(&mut st, tid) {
+            if let Some(err) = &st.aborted {
+                return Err(err.clone());
+            }
+            st.sync_batch.note_commit(started.elapsed());
+            return Ok(());
+        }
         let arrived = st.sync_batch.arrive(tid);
         self.wait_for_company(&mut st, tid, under_way > arrived);
         st.sync_batch.waiting += 1;

@@ -123,8 +123,15 @@ fn run_workload(
                         tid
                     };
                     match rng.gen_range(0..5) {
-                        0 | 1 => {
+                        0 => {
                             journal.commit_and_wait(tid).unwrap();
+                            dev.mark(format!("durable {tid}"));
+                        }
+                        // An fsync: alone, it commits on its own thread, beside the
+                        // threads' commits and rounds.
+                        1 => {
+                            let _fsync = journal.fsync_under_way();
+                            journal.fsync_commit(tid).unwrap();
                             dev.mark(format!("durable {tid}"));
                         }
                         2 => journal.commit_and_wait_dispatched(tid).unwrap(),
@@ -413,6 +420,41 @@ fn stopping_handles_does_not_wake_the_commit_thread() {
     // A commit someone waits for is still made.
     journal.commit_all().unwrap();
     assert_eq!(journal.stats().commits, 1);
+}
+
+#[test]
+fn a_lone_fsync_commits_on_its_own_thread() {
+    for barrier_device in [false, true] {
+        let dev = fresh_device(barrier_device);
+        let io = Arc::new(IoQueue::new(dev.clone()));
+        let journal = Journal::load(io, area(), JournalConfig::default()).unwrap();
+        let buf = Arc::new(JBuf::zeroed(OWN_BASE, BS as usize));
+        let before = journal.stats();
+        for round in 0..20u32 {
+            let mut h = journal.start(1).unwrap();
+            h.modify(&buf, fill(round)).unwrap();
+            let tid = h.tid();
+            h.stop();
+            let _fsync = journal.fsync_under_way();
+            journal.fsync_commit(tid).unwrap();
+            assert!(tid_geq(journal.committed_tid(), tid));
+        }
+        let stats = journal.stats();
+        assert_eq!(stats.commits - before.commits, 20);
+        assert_eq!(stats.inline_commits - before.inline_commits, 20);
+        // Neither thread was needed: the commit thread's own wake-ups are its timer's.
+        assert!(
+            stats.commit_thread_wakeups - before.commit_thread_wakeups <= 2,
+            "{stats:?}"
+        );
+        // A crash now keeps every fsync'd change.
+        let crashed = Arc::new(dev.crash());
+        drop(journal);
+        let io = IoQueue::new(crashed.clone());
+        recover(&io, std::slice::from_ref(&area())).unwrap();
+        let state = read_state(&crashed).expect("no torn block after recovery");
+        assert_eq!(state[&OWN_BASE], 19, "barrier device: {barrier_device}");
+    }
 }
 
 #[test]
