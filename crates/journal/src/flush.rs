@@ -157,7 +157,7 @@ fn waited_for_company(shared: &Shared, st: &mut MutexGuard<'_, State>, first: Ti
     loop {
         let undispatched =
             st.commit_requested.is_some() || st.committing.iter().any(|t| t.log_ticket.is_none());
-        let others_coming = undispatched || under_way(st) > st.sync_batch.waiting;
+        let others_coming = undispatched || under_way(st) > st.sync_batch.waiting();
         if !others_coming || shared.flush_wake.wait_until(st, deadline).timed_out() {
             return true;
         }
