@@ -46,7 +46,7 @@ impl Shared {
         crate::commit::commit_running(self, st);
         st.commit_busy = false;
         let interval = Duration::from_millis(self.config.commit_interval_ms);
-        if commit_due(st, interval) {
+        if commit_due(st, interval) || st.shutting_down {
             self.commit_wake.notify_one();
         }
         if st.aborted.is_some() {
@@ -56,12 +56,13 @@ impl Shared {
         // An error aborts the journal; the caller finds it there.
         let _ = crate::flush::round(self, st, true);
         st.stats.inline_commits += 1;
-        if st
+        let issued = st
             .committing
             .front()
-            .is_some_and(|t| t.log_ticket.is_some())
-        {
-            // The commit thread dispatched more meanwhile: the flush thread's turn.
+            .is_some_and(|t| t.log_ticket.is_some());
+        if issued || st.helpers_stop {
+            // The commit thread dispatched more meanwhile, or the journal shuts down
+            // while the flush thread waited for the flag: its turn.
             self.flush_wake.notify_one();
         }
         debug_assert!(
