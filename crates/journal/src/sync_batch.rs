@@ -127,7 +127,7 @@ impl SyncBatch {
     /// those waiting for an earlier transaction's round, when a round takes longer than
     /// the longest wait. The round then waits for this commit instead, and one flush
     /// carries both (on the simulated plain SSD, 50 ms flushes, two threads went from
-    /// 18–20 to 34–36 fsyncs/s). Where rounds are short they come back in time and join
+    /// 18–38 to 34–36 fsyncs/s). Where rounds are short they come back in time and join
     /// this transaction, one commit for both (on the loop device, counting them as not
     /// coming took four threads from 4,698 to 3,798 fsyncs/s).
     fn not_coming(&self, tid: Tid) -> usize {
