@@ -288,8 +288,17 @@ fn journal(device: Arc<dyn BlockDevice>) -> FsResult<String> {
     for t in &scan.transactions {
         let _ = writeln!(
             out,
-            "transaction {} at journal block {}, commit at {} ({} s)",
-            t.tid, t.first_block, t.commit_block, t.commit.commit_sec
+            "transaction {} at journal block {}, commit at {} ({} s){}",
+            t.tid,
+            t.first_block,
+            t.commit_block,
+            t.commit.commit_sec,
+            // Only a compact commit block comes first in its transaction.
+            if t.first_block == t.commit_block {
+                ", a compact commit"
+            } else {
+                ""
+            }
         );
         for b in &t.blocks {
             let _ = writeln!(

@@ -332,7 +332,6 @@ fn reserve_and_dispatch(
         .back_mut()
         .expect("the transaction being planned is the newest committing")
         .records_on_home = records_on_home;
-    let needed = layout.plan_blocks_needed(&plan, revokes.len());
     // Single I/O: the commit block joins the logged blocks in the same batch, which the
     // IO layer merges into one write per contiguous range (split where the log wraps);
     // the flush thread's one flush makes the whole transaction durable. Recovery counts
@@ -341,11 +340,31 @@ fn reserve_and_dispatch(
     // could keep the commit and lose the data, showing stale blocks (why Linux refuses
     // journal_async_commit with data=ordered).
     let single_io = !shared.barrier_device && layout.single_io() && !ordered_data;
+    // A small one goes as a compact commit: its metadata in one block before its copies.
+    let compact = single_io && layout.compact_fits(&plan, revokes.len());
+    let needed = layout.plan_blocks_needed(&plan, revokes.len(), compact);
     if let Err(err) = make_room(shared, st, tid, needed, single_io, !plan.records.is_empty()) {
         st.committing.pop_back();
         return Err(err);
     }
-    dispatch(shared, st, tid, plan, needed, &revokes, single_io)
+    let shape = match (single_io, compact) {
+        (true, true) => CommitShape::Compact,
+        (true, false) => CommitShape::SingleIo,
+        (false, _) => CommitShape::Classic,
+    };
+    dispatch(shared, st, tid, plan, needed, &revokes, shape)
+}
+
+/// How a transaction's commit goes to the log.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CommitShape {
+    /// Its blocks now; the commit block later, from the flush thread (after a flush), or
+    /// at once as a barrier write on a barrier device.
+    Classic,
+    /// Its blocks and its commit block in one write.
+    SingleIo,
+    /// One compact commit block, then its copies, in one write.
+    Compact,
 }
 
 /// Waits until the log has room for `needed` blocks, then makes sure the live-log bits
@@ -407,9 +426,10 @@ fn dispatch(
     plan: LogPlan,
     needed: u32,
     revokes: &[u64],
-    single_io: bool,
+    shape: CommitShape,
 ) -> Result<(), JournalError> {
     let layout = shared.layout();
+    let single_io = shape != CommitShape::Classic;
     let barrier_device = shared.barrier_device;
     let start = st.log.head;
     let mut requests = Vec::with_capacity(needed as usize + 1);
@@ -426,8 +446,16 @@ fn dispatch(
         st.superblock_says_empty = false;
         st.log.tail = start;
     }
+    // Every transaction up to `committed` was flushed before this write is issued: a
+    // single-I/O commit says so, and recovery may then take one of them that does not
+    // check for damage, not a tear.
+    let now = std::time::SystemTime::now();
+    let log_blocks = match shape {
+        CommitShape::Compact => layout.build_compact(tid, &plan, now, st.committed),
+        _ => layout.build_log_blocks(tid, &plan, revokes),
+    };
     let mut position = start;
-    for block in layout.build_log_blocks(tid, &plan, revokes) {
+    for block in log_blocks {
         requests.push(WriteRequest::new(
             shared.area().byte_offset(position),
             block,
@@ -435,8 +463,20 @@ fn dispatch(
         ));
         position = layout.next(position);
     }
-    let commit_position = position;
-    st.log.head = layout.next(commit_position);
+    // A compact commit block is the transaction's first; any other follows its blocks.
+    let commit_position = match shape {
+        CommitShape::Compact => start,
+        _ => position,
+    };
+    st.log.head = match shape {
+        CommitShape::Compact => position,
+        _ => layout.next(position),
+    };
+    debug_assert_eq!(
+        (st.log.head + layout.last - layout.first - start) % (layout.last - layout.first),
+        needed % (layout.last - layout.first),
+        "transaction {tid} took other than the {needed} log blocks it reserved"
+    );
     let entry = st
         .committing
         .back_mut()
@@ -451,9 +491,11 @@ fn dispatch(
     st.stats.max_committing = st.stats.max_committing.max(committing);
     if single_io {
         st.stats.single_io_commits += 1;
-        // Every transaction up to `committed` was flushed before this write is issued:
-        // recovery may then take one of them that does not check for damage, not a tear.
-        let commit = layout.commit_block(tid, std::time::SystemTime::now(), Some(st.committed));
+    }
+    if shape == CommitShape::Compact {
+        st.stats.compact_commits += 1;
+    } else if single_io {
+        let commit = layout.commit_block(tid, now, Some(st.committed));
         requests.push(WriteRequest::new(
             shared.area().byte_offset(commit_position),
             commit,

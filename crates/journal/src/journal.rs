@@ -148,6 +148,9 @@ pub struct JournalStats {
     /// Commits written as one write with their commit block (`CommitMode::SingleIo`);
     /// the others had ordered data to make durable first, or single I/O is off.
     pub single_io_commits: u64,
+    /// Of those, commits small enough to go as one compact commit block and their copies
+    /// (`crate::format::compact`).
+    pub compact_commits: u64,
     /// Fast commits written (fsyncs that did not commit the running transaction).
     pub fast_commits: u64,
     /// Blocks those fast commits took in the fast-commit area.

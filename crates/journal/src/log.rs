@@ -14,6 +14,9 @@
 //! so Linux refuses such a log instead of replaying a torn transaction. A log that only
 //! ever held classic commits (every transaction had ordered data) stays Linux-readable.
 //!
+//! A single-I/O transaction without revokes whose tags and records fit one block goes as a
+//! compact commit instead (`crate::format::compact`): that block, then its copies.
+//!
 //! [`RecordMode`] says what a logged block is written as. `Blocks` is JBD2's: a whole copy
 //! behind a descriptor tag. `Bytes` (the default, on logs with checksum v2/v3): the commit
 //! path may write a block as a byte-range record instead (`crate::format::records`), packed
@@ -22,6 +25,7 @@
 //! next emptied.
 
 use crate::format::blocks::{needs_escape, CommitBlock, Csum, LogFormat, Tag};
+use crate::format::compact::CompactCommit;
 use crate::format::records::{pack, Record};
 use crate::format::superblock::{JournalSuperblock, INCOMPAT_JEXT_PERCORE};
 use crate::recovery::{read_superblock, write_superblock};
@@ -31,6 +35,16 @@ use jext_io::{IoFlags, IoQueue};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A commit at `now`, saying `durable` if it is a single-I/O one.
+fn commit_time(now: SystemTime, durable: Option<Tid>) -> CommitBlock {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    CommitBlock {
+        commit_sec: since.as_secs(),
+        commit_nsec: since.subsec_nanos(),
+        jext_durable: durable,
+    }
+}
 
 /// Journal features the file system wants, applied at load as ext4 does at mount.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -243,44 +257,37 @@ impl LogLayout {
 
     /// Log blocks `plan` takes with `revokes` revoke records, commit block included; never
     /// more than [`LogLayout::log_blocks_needed`] for the same blocks whole (a record is
-    /// at most half a block, so one records block is the most any record costs).
-    pub fn plan_blocks_needed(&self, plan: &LogPlan, revokes: usize) -> u32 {
+    /// at most half a block, so one records block is the most any record costs). A
+    /// `compact` transaction takes its compact commit block and its copies.
+    pub fn plan_blocks_needed(&self, plan: &LogPlan, revokes: usize, compact: bool) -> u32 {
+        if compact {
+            return 1 + plan.full.len() as u32;
+        }
         let records = pack(&plan.records, self.format.block_size).len() as u32;
         self.log_blocks_needed(plan.full.len(), revokes) + records
+    }
+
+    /// Whether a single-I/O transaction of `plan` with `revokes` revoke records can go out
+    /// as a compact commit (`crate::format::compact`): no revokes, and its tags and
+    /// records fit one block.
+    pub fn compact_fits(&self, plan: &LogPlan, revokes: usize) -> bool {
+        self.single_io && revokes == 0 && self.format.compact_fits(plan.full.len(), &plan.records)
     }
 
     /// The log blocks of transaction `tid`, in log order, without the commit block:
     /// revoke blocks, descriptors each followed by its copies, records blocks.
     pub fn build_log_blocks(&self, tid: Tid, plan: &LogPlan, revokes: &[u64]) -> Vec<Arc<[u8]>> {
         let blocks = &plan.full;
-        let mut out = Vec::with_capacity(self.plan_blocks_needed(plan, revokes.len()) as usize);
+        let needed = self.plan_blocks_needed(plan, revokes.len(), false);
+        let mut out = Vec::with_capacity(needed as usize);
         for chunk in revokes.chunks(self.format.revoke_capacity()) {
             out.push(Arc::from(self.format.encode_revoke(tid, chunk)));
         }
         for chunk in blocks.chunks(self.format.tag_capacity()) {
-            let mut tags = Vec::with_capacity(chunk.len());
-            let mut logged = Vec::with_capacity(chunk.len());
-            for (home, data) in chunk {
-                assert_eq!(
-                    data.len(),
-                    self.format.block_size,
-                    "logged block {home} has the wrong size"
-                );
-                let escaped = needs_escape(data);
-                let copy: Arc<[u8]> = if escaped {
-                    let mut bytes = data.to_vec();
-                    bytes[..4].fill(0);
-                    Arc::from(bytes)
-                } else {
-                    data.clone()
-                };
-                tags.push(Tag {
-                    fs_block: *home,
-                    escaped,
-                    checksum: self.format.data_checksum(tid, &copy),
-                });
-                logged.push(copy);
-            }
+            let (tags, logged): (Vec<Tag>, Vec<Arc<[u8]>>) = chunk
+                .iter()
+                .map(|(home, data)| self.logged_copy(tid, *home, data))
+                .unzip();
             out.push(Arc::from(self.format.encode_descriptor(tid, &tags)));
             out.extend(logged);
         }
@@ -290,16 +297,60 @@ impl LogLayout {
         out
     }
 
+    /// The log blocks of transaction `tid` as a compact commit ([`LogLayout::compact_fits`]
+    /// said it fits): the compact commit block, then the copies. `durable`: every
+    /// transaction up to it was durable before this write is issued.
+    pub fn build_compact(
+        &self,
+        tid: Tid,
+        plan: &LogPlan,
+        now: SystemTime,
+        durable: Tid,
+    ) -> Vec<Arc<[u8]>> {
+        let (tags, logged): (Vec<Tag>, Vec<Arc<[u8]>>) = plan
+            .full
+            .iter()
+            .map(|(home, data)| self.logged_copy(tid, *home, data))
+            .unzip();
+        let compact = CompactCommit {
+            commit: commit_time(now, Some(durable)),
+            tags,
+            records: plan.records.clone(),
+        };
+        let mut out = Vec::with_capacity(1 + logged.len());
+        out.push(Arc::from(self.format.encode_compact(tid, &compact)));
+        out.extend(logged);
+        out
+    }
+
+    /// The copy of home block `home` (`data`) as transaction `tid` logs it, escaped if it
+    /// starts with the magic, and the tag that describes it.
+    fn logged_copy(&self, tid: Tid, home: u64, data: &Arc<[u8]>) -> (Tag, Arc<[u8]>) {
+        assert_eq!(
+            data.len(),
+            self.format.block_size,
+            "logged block {home} has the wrong size"
+        );
+        let escaped = needs_escape(data);
+        let copy: Arc<[u8]> = if escaped {
+            let mut bytes = data.to_vec();
+            bytes[..4].fill(0);
+            Arc::from(bytes)
+        } else {
+            data.clone()
+        };
+        let tag = Tag {
+            fs_block: home,
+            escaped,
+            checksum: self.format.data_checksum(tid, &copy),
+        };
+        (tag, copy)
+    }
+
     /// The commit block of transaction `tid`; a single-I/O commit also says which
     /// transactions were durable before it was written (`durable`).
     pub fn commit_block(&self, tid: Tid, now: SystemTime, durable: Option<Tid>) -> Arc<[u8]> {
-        let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let commit = CommitBlock {
-            commit_sec: since.as_secs(),
-            commit_nsec: since.subsec_nanos(),
-            jext_durable: durable,
-        };
-        Arc::from(self.format.encode_commit(tid, commit))
+        Arc::from(self.format.encode_commit(tid, commit_time(now, durable)))
     }
 
     /// Journal block 0 with the superblock saying the live log starts at `start` with

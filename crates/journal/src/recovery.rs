@@ -31,7 +31,9 @@
 //! A log whose superblock carries JEXT_SINGLE_IO (`crate::log::CommitMode::SingleIo`)
 //! wrote each transaction with its commit block in one write: there, a transaction counts
 //! only if every block of it checks (descriptor and revoke tails, each tag, the commit
-//! block), and the first that does not is the torn tail that ends the log.
+//! block), and the first that does not is the torn tail that ends the log. Only such a
+//! log may hold compact commits (`crate::format::compact`): the commit block first, with
+//! the transaction's tags and records, then its copies.
 //!
 //! Promises: nothing is written unless every copy to replay verified and every home block
 //! is on the device outside the journal; a committed transaction whose contents do not
@@ -367,6 +369,7 @@ impl Scanner<'_> {
             BlockKind::Revoke => self.revoke(&block),
             BlockKind::Records => self.records(&block),
             BlockKind::Commit => self.commit(&block),
+            BlockKind::Compact => self.compact(&block),
             BlockKind::Other(t) => Ok(Step::End(format!(
                 "journal block {at}: block type {t} in transaction {seq}"
             ))),
@@ -463,6 +466,64 @@ impl Scanner<'_> {
         if !intact {
             return self.damaged_commit(at, tid, stale);
         }
+        let after = self.bounds.next(at);
+        self.close(at, commit, after)
+    }
+
+    /// A compact commit (`crate::format::compact`): the transaction's tags, records and
+    /// commit in its first block, its copies after it. Only single-I/O logs hold them,
+    /// so the transaction counts only if this block and every copy check.
+    fn compact(&mut self, block: &[u8]) -> Result<Step, JournalError> {
+        let (at, tid) = (self.position, self.tid);
+        let format = &self.bounds.format;
+        if !self.bounds.single_io {
+            return Ok(Step::End(format!(
+                "journal block {at}: a compact commit of transaction {tid} in a log without \
+                 JEXT_SINGLE_IO"
+            )));
+        }
+        let pending = &self.pending;
+        if !(pending.blocks.is_empty() && pending.records.is_empty() && pending.revokes.is_empty())
+            || pending.suspect_block.is_some()
+        {
+            return Ok(Step::End(format!(
+                "journal block {at}: a compact commit after other blocks of transaction {tid}"
+            )));
+        }
+        if !format.tail_is_valid(block) {
+            return Ok(Step::End(format!(
+                "journal block {at}: the compact commit of transaction {tid} does not check \
+                 (the torn tail of a single-I/O commit)"
+            )));
+        }
+        let compact = format.decode_compact(block, at)?;
+        for tag in compact.tags {
+            self.position = self.bounds.next(self.position);
+            self.out.blocks_scanned += 1;
+            self.pending.blocks.push(LoggedBlock {
+                journal_block: self.position,
+                tag,
+            });
+        }
+        self.pending
+            .records
+            .extend(compact.records.into_iter().map(|record| LoggedRecord {
+                journal_block: at,
+                record,
+            }));
+        let after = self.bounds.next(self.position);
+        self.close(at, compact.commit, after)
+    }
+
+    /// Ends the pending transaction, whose commit (at `commit_block`) verified; the next
+    /// transaction starts at `after`.
+    fn close(
+        &mut self,
+        commit_block: u32,
+        commit: CommitBlock,
+        after: u32,
+    ) -> Result<Step, JournalError> {
+        let (at, tid, format) = (commit_block, self.tid, &self.bounds.format);
         if let Some((_, err)) = self.torn_candidate.take() {
             return Err(err);
         }
@@ -499,7 +560,7 @@ impl Scanner<'_> {
         }
         self.last_commit_sec = commit.commit_sec;
         self.tid = tid.wrapping_add(1);
-        self.position = self.bounds.next(at);
+        self.position = after;
         if self.torn_candidate.is_none() && self.single_io_torn.is_none() {
             self.out.transactions.push(transaction);
             self.out.head_block = self.position;
@@ -1092,6 +1153,123 @@ mod tests {
         }
     }
 
+    /// Compact commits (`crate::format::compact`) replay in tid order with the other
+    /// shapes; one torn anywhere (its compact block or a copy) ends the log before it,
+    /// unless a later commit says it was written after that one was durable: damage.
+    #[test]
+    fn compact_commits_replay_and_a_torn_one_ends_the_log() {
+        let bs = BLOCK_SIZE;
+        let patterned = |seed: u8| -> Vec<u8> { (0..bs).map(|i| (i as u8) ^ seed).collect() };
+        let v50_1 = patterned(50);
+        let mut v50_2 = v50_1.clone();
+        v50_2[100..104].fill(9);
+        let home70 = patterned(70);
+        let mut v70 = home70.clone();
+        v70[7] ^= 1;
+        // (tear in t3: none, its compact block, its copy) x (t4 says t3 was durable)
+        for (tear, durable_after) in [(0, false), (1, false), (2, false), (2, true)] {
+            let (dev, io, area, layout) = rig(CommitMode::SingleIo);
+            dev.write_at(70 * bs as u64, &home70, false).unwrap();
+            let home = |block: u64| {
+                let mut buf = vec![0u8; bs];
+                dev.read_at(block * bs as u64, &mut buf).unwrap();
+                buf
+            };
+            let limit = layout.record_limit();
+            let t1 = layout.sequence();
+            let tid = |i: u32| t1.wrapping_add(i);
+            let plans = [
+                LogPlan {
+                    full: vec![(50, Arc::from(v50_1.clone()))],
+                    records: vec![plan_record(70, Some(&home70), &v70, limit).unwrap()],
+                },
+                LogPlan {
+                    full: vec![(52, Arc::from(patterned(52)))],
+                    records: vec![],
+                },
+                LogPlan {
+                    full: vec![(51, Arc::from(patterned(51)))],
+                    records: vec![plan_record(50, Some(&v50_1), &v50_2, limit).unwrap()],
+                },
+                LogPlan {
+                    full: vec![(53, Arc::from(patterned(53)))],
+                    records: vec![],
+                },
+            ];
+            let mut at = layout.first;
+            let mut t3_blocks = Vec::new();
+            for (i, plan) in plans.iter().enumerate() {
+                let i = i as u32;
+                let durable = match (i, durable_after) {
+                    (3, true) => tid(2),
+                    _ => tid(i).wrapping_sub(2),
+                };
+                // t2 revokes a block: the classic single-I/O shape, between compact ones.
+                let revokes = if i == 1 { vec![90] } else { vec![] };
+                assert_eq!(layout.compact_fits(plan, revokes.len()), i != 1);
+                let log = if i == 1 {
+                    let mut log = layout.build_log_blocks(tid(i), plan, &revokes);
+                    log.push(layout.commit_block(tid(i), SystemTime::now(), Some(durable)));
+                    log
+                } else {
+                    layout.build_compact(tid(i), plan, SystemTime::now(), durable)
+                };
+                let compact = i != 1;
+                assert_eq!(
+                    log.len() as u32,
+                    layout.plan_blocks_needed(plan, revokes.len(), compact)
+                );
+                for block in &log {
+                    dev.write_at(area.byte_offset(at), block, false).unwrap();
+                    if i == 2 {
+                        t3_blocks.push(at);
+                    }
+                    at = layout.next(at);
+                }
+            }
+            if tear > 0 {
+                let torn = area.byte_offset(t3_blocks[tear - 1]);
+                dev.write_at(torn + 512, &[0u8; 512], false).unwrap();
+            }
+            layout.set_live_bits(INCOMPAT_JEXT_RECORDS | INCOMPAT_JEXT_SINGLE_IO);
+            let sb_block = layout.superblock_block(layout.first, t1);
+            dev.write_at(area.byte_offset(0), &sb_block, false).unwrap();
+
+            let result = recover(&io, std::slice::from_ref(&area));
+            if durable_after {
+                match result {
+                    Err(JournalError::BlockChecksum {
+                        tid: t, fs_block, ..
+                    }) => {
+                        assert_eq!((t, fs_block), (tid(2), 51))
+                    }
+                    other => panic!("expected damage in transaction {}, got {other:?}", tid(2)),
+                }
+                continue;
+            }
+            let report = result.unwrap();
+            assert_eq!(
+                home(70),
+                v70,
+                "a delta on the home block, from a compact commit"
+            );
+            assert_eq!(home(52), patterned(52));
+            if tear == 0 {
+                assert_eq!(report.transactions, 4);
+                assert_eq!(
+                    home(50),
+                    v50_2,
+                    "a compact delta on an earlier compact copy"
+                );
+                assert_eq!((home(51), home(53)), (patterned(51), patterned(53)));
+            } else {
+                assert_eq!(report.transactions, 2, "tear {tear}: the log ends at t3");
+                assert_eq!(home(50), v50_1);
+                assert_eq!((home(51), home(53)), (vec![0; bs], vec![0; bs]));
+            }
+        }
+    }
+
     /// Byte records replay in tid order with the copies: a DELTA on a whole copy of an
     /// earlier transaction, a DELTA on the home block, a ZEROED record over garbage, and a
     /// DELTA a later revoke cancels.
@@ -1161,7 +1339,7 @@ mod tests {
             log.push(layout.commit_block(tid, SystemTime::now(), Some(tid.wrapping_sub(1))));
             assert_eq!(
                 log.len() as u32,
-                layout.plan_blocks_needed(plan, revokes.len())
+                layout.plan_blocks_needed(plan, revokes.len(), false)
             );
             for block in &log {
                 dev.write_at(area.byte_offset(at), block, false).unwrap();

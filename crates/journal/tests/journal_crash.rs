@@ -166,8 +166,9 @@ fn a_torn_single_io_transaction_ends_the_log() {
         0,
         "JEXT_SINGLE_IO while the log is live"
     );
-    // Transaction 2's logged block (desc 4, block 5, commit 6): one sector never written.
-    let logged = (JOURNAL_START + 5) * u64::from(BS);
+    // Each is a compact commit (its commit block, then its copy): t1 at 1..=2, and
+    // transaction 2's logged copy at 4, of which one sector was never written.
+    let logged = (JOURNAL_START + 4) * u64::from(BS);
     crashed.write_at(logged + 512, &[0u8; 512], false).unwrap();
     let after = reopen(crashed);
     let report = recover_rig(&after).unwrap();
@@ -320,9 +321,9 @@ fn a_torn_commit_block_ends_the_log() {
     let tid2 = change(&journal, &buffer(701), 2);
     journal.commit_and_wait(tid2).unwrap();
     let crashed = rig.dev.crash();
-    // Transaction 2's commit block: superblock-pointed start 1, t1 = desc+block+commit (1..=3),
-    // t2 = desc 4, block 5, commit 6.
-    let commit2 = (JOURNAL_START + 6) * u64::from(BS);
+    // Transaction 2's commit block: superblock-pointed start 1, each transaction a compact
+    // commit block and its copy (t1 at 1..=2), so t2's commit block is at 3.
+    let commit2 = (JOURNAL_START + 3) * u64::from(BS);
     // Torn: the first sector of the commit block never reached the disk.
     crashed.write_at(commit2, &[0u8; 512], false).unwrap();
     let after = reopen(crashed);

@@ -11,7 +11,8 @@
 //! header (all metadata blocks):
 //!   0x00 4 h_magic      0xC03B3998
 //!   0x04 4 h_blocktype  1 descriptor, 2 commit, 3/4 superblock v1/v2, 5 revoke
-//!                       (jext's byte records: 0x6A787262, in `super::records`)
+//!                       (jext's byte records: 0x6A787262, in `super::records`; its
+//!                       compact commits: 0x6A786363, in `super::compact`)
 //!   0x08 4 h_sequence   tid of the transaction the block belongs to
 //!
 //! descriptor (blocktype 1): header, then one tag per logged block; the first tag (and any
@@ -101,6 +102,9 @@ pub enum BlockKind {
     Revoke,
     /// jext's byte-granular records (`super::records`).
     Records,
+    /// jext's compact commit: a small transaction's tags, records and commit
+    /// (`super::compact`).
+    Compact,
     /// Any other block type (superblocks, or types jext does not know).
     Other(u32),
 }
@@ -234,6 +238,7 @@ impl LogFormat {
             BLOCKTYPE_COMMIT => BlockKind::Commit,
             BLOCKTYPE_REVOKE => BlockKind::Revoke,
             super::records::BLOCKTYPE_JEXT_RECORDS => BlockKind::Records,
+            super::compact::BLOCKTYPE_JEXT_COMPACT => BlockKind::Compact,
             other => BlockKind::Other(other),
         };
         Some((kind, u32_at(block, 8)))

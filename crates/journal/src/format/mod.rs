@@ -2,7 +2,8 @@
 //! (descriptor, commit and revoke blocks: [`blocks`]), and ext4 fast commits in the
 //! fast-commit area ([`fast_commit`], little-endian), and jext's per-core i-transactions
 //! there ([`itransaction`], little-endian, behind a private incompat bit), and jext's
-//! byte-granular records in the log ([`records`], behind another). JBD2 is
+//! byte-granular records in the log ([`records`], behind another) and its compact commit
+//! blocks ([`compact`], single-I/O logs only). JBD2 is
 //! big-endian throughout.
 //!
 //! Everything here is pure encoding: no IO. Decoders return a [`crate::JournalError`]
@@ -10,6 +11,7 @@
 //! bytes; encoders assert their invariants. Nothing here repairs what it reads.
 
 pub mod blocks;
+pub mod compact;
 pub mod fast_commit;
 pub mod itransaction;
 pub mod records;

@@ -267,31 +267,9 @@ impl LogFormat {
             "byte records need checksum v2/v3"
         );
         let mut block = self.new_block(BLOCKTYPE_JEXT_RECORDS, tid);
-        let mut at = RECORDS_HEADER_SIZE;
-        for record in records {
-            assert!(
-                at + record.encoded_len()
-                    <= records_capacity(self.block_size) + RECORDS_HEADER_SIZE,
-                "records overflow their block"
-            );
-            put_u64(&mut block, at, record.fs_block);
-            block[at + 8] = match record.kind {
-                RecordKind::Delta => KIND_DELTA,
-                RecordKind::Zeroed => KIND_ZEROED,
-            };
-            put_u16(&mut block, at + 10, record.ranges.len() as u16);
-            at += ENTRY_HEADER_SIZE;
-            for (offset, bytes) in record.pieces() {
-                let end = offset + bytes.len();
-                assert!(!bytes.is_empty() && end <= self.block_size);
-                put_u16(&mut block, at, offset as u16);
-                put_u16(&mut block, at + 2, bytes.len() as u16);
-                at += RANGE_HEADER_SIZE;
-                block[at..at + bytes.len()].copy_from_slice(bytes);
-                at += bytes.len();
-            }
-        }
-        put_u32(&mut block, USED_OFFSET, at as u32);
+        let end = self.block_size - TAIL_SIZE;
+        let used = self.put_entries(&mut block, RECORDS_HEADER_SIZE, end, records);
+        put_u32(&mut block, USED_OFFSET, used as u32);
         self.set_tail(&mut block);
         block
     }
@@ -318,62 +296,116 @@ impl LogFormat {
                 "r_used {used} is outside {RECORDS_HEADER_SIZE}..={limit}"
             )));
         }
-        let mut records = Vec::new();
-        let mut at = RECORDS_HEADER_SIZE;
-        while at < used {
-            if at + ENTRY_HEADER_SIZE > used {
-                return Err(bad(format!("entry at byte {at} runs past r_used {used}")));
-            }
-            let fs_block = u64_at(block, at);
-            let kind = match block[at + 8] {
-                KIND_DELTA => RecordKind::Delta,
-                KIND_ZEROED => RecordKind::Zeroed,
-                other => {
-                    return Err(bad(format!(
-                        "entry at byte {at} (block {fs_block}) has unknown kind {other}"
-                    )))
-                }
-            };
-            let count = u16_at(block, at + 10);
-            at += ENTRY_HEADER_SIZE;
-            let mut ranges: Vec<Range> = Vec::with_capacity(usize::from(count));
-            let mut bytes = Vec::new();
-            for _ in 0..count {
-                if at + RANGE_HEADER_SIZE > used {
-                    return Err(bad(format!(
-                        "a range of block {fs_block} runs past r_used {used}"
-                    )));
-                }
-                let offset = usize::from(u16_at(block, at));
-                let len = usize::from(u16_at(block, at + 2));
-                at += RANGE_HEADER_SIZE;
-                let after_previous = ranges.last().is_none_or(|r| offset >= r.offset + r.len);
-                if len == 0 || offset + len > self.block_size || !after_previous {
-                    return Err(bad(format!(
-                        "range {offset}+{len} of block {fs_block} is empty, outside the \
-                         {}-byte block or not after the previous range",
-                        self.block_size
-                    )));
-                }
-                if at + len > used {
-                    return Err(bad(format!(
-                        "the bytes of range {offset}+{len} of block {fs_block} run past \
-                         r_used {used}"
-                    )));
-                }
-                ranges.push(Range { offset, len });
-                bytes.extend_from_slice(&block[at..at + len]);
-                at += len;
-            }
-            records.push(Record {
-                fs_block,
-                kind,
-                ranges,
-                bytes,
-            });
-        }
-        Ok(records)
+        read_entries(
+            &block[..used],
+            RECORDS_HEADER_SIZE,
+            self.block_size,
+            "r_used",
+            bad,
+        )
     }
+}
+
+impl LogFormat {
+    /// Writes `records` as entries into `block` from byte `at` on, asserting they end by
+    /// byte `end`; returns the byte after the last.
+    pub(super) fn put_entries(
+        &self,
+        block: &mut [u8],
+        mut at: usize,
+        end: usize,
+        records: &[Record],
+    ) -> usize {
+        for record in records {
+            assert!(
+                at + record.encoded_len() <= end,
+                "records overflow their block"
+            );
+            put_u64(block, at, record.fs_block);
+            block[at + 8] = match record.kind {
+                RecordKind::Delta => KIND_DELTA,
+                RecordKind::Zeroed => KIND_ZEROED,
+            };
+            put_u16(block, at + 10, record.ranges.len() as u16);
+            at += ENTRY_HEADER_SIZE;
+            for (offset, bytes) in record.pieces() {
+                assert!(!bytes.is_empty() && offset + bytes.len() <= self.block_size);
+                put_u16(block, at, offset as u16);
+                put_u16(block, at + 2, bytes.len() as u16);
+                at += RANGE_HEADER_SIZE;
+                block[at..at + bytes.len()].copy_from_slice(bytes);
+                at += bytes.len();
+            }
+        }
+        at
+    }
+}
+
+/// The entries in `used[at..]` (a block cut at its used length, which the header field
+/// `used_field` gives), for home blocks of `block_size` bytes; `bad` makes the error.
+pub(super) fn read_entries(
+    used: &[u8],
+    mut at: usize,
+    block_size: usize,
+    used_field: &str,
+    bad: impl Fn(String) -> JournalError,
+) -> Result<Vec<Record>, JournalError> {
+    let end = used.len();
+    let mut records = Vec::new();
+    while at < end {
+        if at + ENTRY_HEADER_SIZE > end {
+            return Err(bad(format!(
+                "entry at byte {at} runs past {used_field} {end}"
+            )));
+        }
+        let fs_block = u64_at(used, at);
+        let kind = match used[at + 8] {
+            KIND_DELTA => RecordKind::Delta,
+            KIND_ZEROED => RecordKind::Zeroed,
+            other => {
+                return Err(bad(format!(
+                    "entry at byte {at} (block {fs_block}) has unknown kind {other}"
+                )))
+            }
+        };
+        let count = u16_at(used, at + 10);
+        at += ENTRY_HEADER_SIZE;
+        let mut ranges: Vec<Range> = Vec::with_capacity(usize::from(count));
+        let mut bytes = Vec::new();
+        for _ in 0..count {
+            if at + RANGE_HEADER_SIZE > end {
+                return Err(bad(format!(
+                    "a range of block {fs_block} runs past {used_field} {end}"
+                )));
+            }
+            let offset = usize::from(u16_at(used, at));
+            let len = usize::from(u16_at(used, at + 2));
+            at += RANGE_HEADER_SIZE;
+            let after_previous = ranges.last().is_none_or(|r| offset >= r.offset + r.len);
+            if len == 0 || offset + len > block_size || !after_previous {
+                return Err(bad(format!(
+                    "range {offset}+{len} of block {fs_block} is empty, outside the \
+                     {block_size}-byte block or not after the previous range"
+                )));
+            }
+            if at + len > end {
+                return Err(bad(format!(
+                    "the bytes of range {offset}+{len} of block {fs_block} run past \
+                     {used_field} {end}"
+                )));
+            }
+            ranges.push(Range { offset, len });
+            bytes.extend_from_slice(&used[at..at + len]);
+            at += len;
+        }
+        records.push(Record {
+            fs_block,
+            kind,
+            ranges,
+            bytes,
+        });
+    }
+    Ok(records)
 }
 
 #[cfg(test)]
