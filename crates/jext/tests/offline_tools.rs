@@ -127,11 +127,14 @@ fn jext_recover_hands_a_single_io_log_to_linux() {
     f.write_at(0, &[0x5a; 10_000]).unwrap();
     f.fsync().unwrap();
     assert!(fs.journal_stats().single_io_commits > 0);
+    // Three blocks of data and a few small metadata changes: one compact commit block.
+    assert!(fs.journal_stats().compact_commits > 0);
     dev.crash().write_durable_image(&image).unwrap();
     drop(f);
     drop(fs);
     let image_text = image.to_str().unwrap();
     let journal = jext(&["debug", image_text, "journal"]);
+    assert!(journal.contains("a compact commit"), "{journal}");
     let incompat = journal
         .split("features incompat ")
         .nth(1)
