@@ -104,10 +104,20 @@ impl Dispatcher {
                     return;
                 }
                 core.pumping = true;
-                planned
+                // One command, and nothing else pending or in flight: nothing could go
+                // beside it, so the engine may run it on this thread.
+                let alone = planned.len() == 1
+                    && core.scheduler.in_flight() == 1
+                    && core.scheduler.pending_is_empty();
+                (planned, alone)
             };
+            let (planned, alone) = planned;
             for (tag, command) in planned {
-                self.engine.dispatch(tag, command);
+                if alone {
+                    self.engine.dispatch_alone(tag, command);
+                } else {
+                    self.engine.dispatch(tag, command);
+                }
             }
             self.core.lock().pumping = false;
         }

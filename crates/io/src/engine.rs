@@ -65,6 +65,12 @@ impl EngineKind {
 pub(crate) trait Engine: Send + Sync {
     /// Hands `command` to the device; its completion goes to the sink under `tag`.
     fn dispatch(&self, tag: u64, command: Command);
+    /// As [`Engine::dispatch`], for a command the queue holds alone (nothing else pending
+    /// or in flight): an engine may then run it on the calling thread, whose submitter
+    /// is about to wait for it anyway.
+    fn dispatch_alone(&self, tag: u64, command: Command) {
+        self.dispatch(tag, command);
+    }
     /// Whether the device services commands in the order they were dispatched.
     fn keeps_dispatch_order(&self) -> bool;
     /// The most commands this engine can have in the device at once.

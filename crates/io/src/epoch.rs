@@ -409,6 +409,11 @@ impl Scheduler {
         self.in_flight.len()
     }
 
+    /// Nothing waits to be planned.
+    pub(crate) fn pending_is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// Nothing pending, nothing in flight.
     pub(crate) fn is_idle(&self) -> bool {
         self.pending.is_empty() && self.in_flight.is_empty()
