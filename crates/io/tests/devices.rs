@@ -243,6 +243,22 @@ fn io_uring_and_threads_write_the_same_bytes() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A queue of depth 16 on `dev` through io_uring, or `None` (said loudly) where the kernel
+/// refuses io_uring.
+fn uring_queue(dev: &Arc<dyn BlockDevice>) -> Option<IoQueue> {
+    let config = IoConfig {
+        engine: EngineKind::Uring,
+        queue_depth: 16,
+    };
+    match IoQueue::with_config(dev.clone(), config) {
+        Ok(q) => Some(q),
+        Err(e) => {
+            eprintln!("SKIPPED: io_uring is not available here ({e})");
+            None
+        }
+    }
+}
+
 /// io_uring's flushes take two paths (`crate::uring`): one asked for by a waiting thread
 /// runs on that thread; one released by a write's completion goes through the ring, so
 /// that the reaper never blocks. Either way it happens exactly once, after the writes it
@@ -252,18 +268,8 @@ fn io_uring_flushes_run_once_on_either_path() {
     let dir = scratch("uring-flush");
     let dev: Arc<dyn BlockDevice> =
         Arc::new(FileDevice::create(&dir.join("u.img"), 2 << 20).unwrap());
-    let q = match IoQueue::with_config(
-        dev.clone(),
-        IoConfig {
-            engine: EngineKind::Uring,
-            queue_depth: 16,
-        },
-    ) {
-        Ok(q) => q,
-        Err(e) => {
-            eprintln!("SKIPPED: io_uring is not available here ({e})");
-            return;
-        }
+    let Some(q) = uring_queue(&dev) else {
+        return;
     };
     let flushes = || dev.counters().snapshot().flushes;
     let before = flushes();
@@ -317,18 +323,8 @@ fn io_uring_runs_a_lone_small_write_on_the_callers_thread() {
     let dir = scratch("uring-alone");
     let dev: Arc<dyn BlockDevice> =
         Arc::new(FileDevice::create(&dir.join("a.img"), 2 << 20).unwrap());
-    let q = match IoQueue::with_config(
-        dev.clone(),
-        IoConfig {
-            engine: EngineKind::Uring,
-            queue_depth: 16,
-        },
-    ) {
-        Ok(q) => q,
-        Err(e) => {
-            eprintln!("SKIPPED: io_uring is not available here ({e})");
-            return;
-        }
+    let Some(q) = uring_queue(&dev) else {
+        return;
     };
     let writes = || dev.counters().snapshot().writes;
     let (before, slept_before) = (writes(), voluntary_switches());
