@@ -93,7 +93,7 @@ impl Dispatcher {
     /// Plans and dispatches until nothing more may go, unless another thread is at it.
     fn pump(&self) {
         loop {
-            let planned = {
+            let (planned, alone) = {
                 let mut core = self.core.lock();
                 if core.pumping {
                     return;
@@ -111,7 +111,6 @@ impl Dispatcher {
                     && core.scheduler.pending_is_empty();
                 (planned, alone)
             };
-            let (planned, alone) = planned;
             for (tag, command) in planned {
                 if alone {
                     self.engine.dispatch_alone(tag, command);
