@@ -13,6 +13,21 @@ fn config(jobs: usize) -> Config {
     }
 }
 
+/// Half the default states per crash point in windows too large to explore exhaustively:
+/// the suite keeps every workload and every crash point, and the long runs of the README
+/// (`jext crash --budget`) sample at full density. This keeps CI under its 20 minutes.
+fn ci_sampling() -> Sampling {
+    Sampling {
+        samples_per_point: 4,
+        ..Sampling::default()
+    }
+}
+
+/// `e2fsck -fn` on every 40th state of the large explorations (about 600 runs in the CI
+/// exploration): each is a process of its own, and every tenth state cost a quarter of
+/// the test's time.
+const E2FSCK_EVERY_LARGE: u64 = 40;
+
 /// Explores `only` (every workload when empty) and asserts that nothing failed, printing
 /// each failure's reproducer first.
 fn explore_expecting_no_failure(only: &[WorkloadId], config: &Config) -> Summary {
@@ -33,7 +48,12 @@ fn explore_expecting_no_failure(only: &[WorkloadId], config: &Config) -> Summary
 
 #[test]
 fn the_ci_exploration_finds_no_failure_in_any_mode() {
-    let summary = explore_expecting_no_failure(&[], &config(2));
+    let config = Config {
+        sampling: ci_sampling(),
+        e2fsck_every: E2FSCK_EVERY_LARGE,
+        ..config(2)
+    };
+    let summary = explore_expecting_no_failure(&[], &config);
     let total = summary.total();
     assert!(
         total.states >= 3000,
@@ -64,13 +84,23 @@ fn torn_sector_writes_are_survived_too() {
     let config = Config {
         sampling: Sampling {
             torn_writes: true,
-            ..Sampling::default()
+            ..ci_sampling()
         },
+        e2fsck_every: E2FSCK_EVERY_LARGE,
         ..config(2)
     };
     let summary = explore(Plan::Ci, &only, &config, &|_| {});
     assert_eq!(summary.total().failures, 0, "{:#?}", summary.failures);
     assert!(summary.total().states > 300);
+}
+
+/// A lying device is caught in any mode; these three cover the default commit, the
+/// journaled data path and the per-core rings (the honest control runs in the same).
+fn lie_modes() -> Vec<jext_crash::Mode> {
+    ["ordered", "journal+classic", "ordered+percore"]
+        .iter()
+        .map(|m| m.parse().unwrap())
+        .collect()
 }
 
 /// Workloads whose fsyncs make durability promises a lying device breaks.
@@ -90,6 +120,7 @@ fn failures_under(fault: SimFault) -> usize {
     let config = Config {
         fault: Some(fault.clone()),
         e2fsck_every: 0,
+        modes: lie_modes(),
         ..config(2)
     };
     let summary = explore(Plan::Ci, &promising_workloads(), &config, &|_| {});
@@ -116,7 +147,11 @@ fn a_write_reordered_across_a_flush_is_caught() {
 
 #[test]
 fn the_same_workloads_pass_on_an_honest_device() {
-    let summary = explore(Plan::Ci, &promising_workloads(), &config(2), &|_| {});
+    let config = Config {
+        modes: lie_modes(),
+        ..config(2)
+    };
+    let summary = explore(Plan::Ci, &promising_workloads(), &config, &|_| {});
     assert_eq!(summary.total().failures, 0, "{:#?}", summary.failures);
 }
 

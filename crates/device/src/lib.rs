@@ -88,6 +88,11 @@ pub trait BlockDevice: Send + Sync {
     fn command_queue(&self) -> Option<&dyn CommandQueue> {
         None
     }
+    /// Writes land in memory and complete before `write` returns (a copy-on-write
+    /// overlay): an IO engine's threads would only add hand-offs.
+    fn writes_to_memory(&self) -> bool {
+        false
+    }
     /// The live counters of this device.
     fn counters(&self) -> &DeviceCounters;
     /// A short human description ("image file /tmp/a.img (64 MiB)").

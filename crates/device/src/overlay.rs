@@ -86,6 +86,10 @@ impl BlockDevice for OverlayDevice {
         }
     }
 
+    fn writes_to_memory(&self) -> bool {
+        true
+    }
+
     fn counters(&self) -> &DeviceCounters {
         &self.counters
     }

@@ -26,7 +26,10 @@
 //! descriptor the ring's commands go straight to the block layer and io_uring is ahead by
 //! 8–9% on P and X; flush-bound XnF swings either way between runs on this shared disk
 //! (an earlier quick run had io_uring at 4,675 against 1,134). So `Auto` takes io_uring
-//! only for direct descriptors; both engines stay selectable and tested.
+//! only for direct descriptors; both engines stay selectable and tested. A device whose
+//! writes go to memory (the overlay `jext fsck` and `jext debug` recover into) runs inline:
+//! a pool of 32 threads per check made thread start-up and teardown most of the crash
+//! explorer's time.
 //!
 //! Promises: an engine calls the sink exactly once per dispatched command, and says
 //! truthfully whether the device services its commands in dispatch order (only then may
@@ -40,8 +43,9 @@ use std::sync::{Arc, OnceLock, Weak};
 /// Which engine a queue uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EngineKind {
-    /// The device's own queue if it has one, else io_uring if the device gives an
-    /// `O_DIRECT` descriptor and the kernel allows it, else threads (see the table above).
+    /// The device's own queue if it has one, inline if its writes go to memory, else
+    /// io_uring if the device gives an `O_DIRECT` descriptor and the kernel allows it, else
+    /// threads (see the table above).
     Auto,
     Inline,
     Native,
@@ -107,6 +111,9 @@ pub(crate) fn build(
         EngineKind::Auto => {
             if device.command_queue().is_some() {
                 return build(EngineKind::Native, device, depth, sink);
+            }
+            if device.writes_to_memory() {
+                return build(EngineKind::Inline, device, depth, sink);
             }
             if device.raw_target().is_some_and(|t| t.buffer_align > 1) {
                 if let Ok(engine) = UringEngine::start(device.clone(), depth, sink.clone()) {

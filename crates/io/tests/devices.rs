@@ -2,7 +2,9 @@
 //! epochs in order (and a simulator that breaks them is caught); io_uring and the thread
 //! engine leave the same bytes in an image file.
 
-use jext_io::jext_device::{BlockDevice, FileDevice, LatencyModel, Selection, SimDevice, SimFault};
+use jext_io::jext_device::{
+    BlockDevice, FileDevice, LatencyModel, OverlayDevice, Selection, SimDevice, SimFault,
+};
 use jext_io::{EngineKind, Fence, IoConfig, IoFlags, IoQueue, WriteRequest};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -133,6 +135,23 @@ fn a_timed_simulator_keeps_the_same_order() {
     );
     let capture = epochs_through(dev);
     assert_eq!(prefix_violations(&capture).1, 0);
+}
+
+/// `io_engine=auto`: the simulator's own queue where there is one, and no threads for an
+/// overlay whose writes go to memory (each `jext fsck` of a crash state used to start 32).
+#[test]
+fn auto_runs_an_overlay_inline_and_the_simulator_on_its_queue() {
+    let sim = Arc::new(SimDevice::new(1 << 20));
+    assert_eq!(queue(sim.clone(), EngineKind::Auto).engine_name(), "native");
+    let overlay: Arc<dyn BlockDevice> = Arc::new(OverlayDevice::new(sim.clone()));
+    let q = queue(overlay.clone(), EngineKind::Auto);
+    assert_eq!(q.engine_name(), "inline");
+    let data: Arc<[u8]> = Arc::from(vec![9u8; BLOCK as usize]);
+    q.write(BLOCK, data, IoFlags::empty()).unwrap();
+    let mut back = [0u8; 512];
+    overlay.read_at(BLOCK, &mut back).unwrap();
+    assert_eq!(back, [9u8; 512], "the write landed in the overlay");
+    assert_eq!(first_byte(&sim, 1), 0, "and never reached the base");
 }
 
 fn scratch(name: &str) -> PathBuf {
