@@ -774,17 +774,8 @@ impl Fs {
         drop(self.op(false)?);
         let mut first_error = None;
         if !fs.is_read_only() {
-            let files: Vec<u32> = fs
-                .pages
-                .lock()
-                .dirty_files()
-                .into_iter()
-                .map(|(i, _)| i)
-                .collect();
-            for &ino in &files {
-                let written = file::write_back_unlocked(fs, ino, false, file::Urgency::Sync);
-                first_error = first_error.or(written.err());
-            }
+            let files = file::files_with_dirty_pages(fs);
+            first_error = file::write_back_files(fs, &files, file::Urgency::Sync).err();
             // What is left: times, sizes past the data, pages dirtied meanwhile.
             for ino in files.into_iter().chain(fs.inodes.dirty_inodes()) {
                 let mut op = self.op(false)?;

@@ -457,6 +457,7 @@ pub(crate) fn unmount(fs: &FsInner) -> FsResult<()> {
     if fs.is_read_only() {
         fs.journal.shutdown()?;
     } else {
+        write_back_data_at_once(fs);
         let error = write_back_everything(&mut Op::exclusive(fs))?;
         fs.journal.shutdown()?;
         if let Some(why) = error {
@@ -477,6 +478,7 @@ pub(crate) fn remount(fs: &FsInner, read_only: bool) -> FsResult<()> {
         return Ok(());
     }
     if read_only {
+        write_back_data_at_once(fs);
         {
             let mut op = Op::exclusive(fs);
             if let Some(why) = write_back_everything(&mut op)? {
@@ -520,13 +522,7 @@ fn write_back_everything(op: &mut Op) -> FsResult<Option<String>> {
         return Ok(Some(why));
     }
     let dirty = fs.inodes.dirty_inodes();
-    let with_pages: Vec<u32> = fs
-        .pages
-        .lock()
-        .dirty_files()
-        .into_iter()
-        .map(|(ino, _)| ino)
-        .collect();
+    let with_pages = crate::file::files_with_dirty_pages(fs);
     for ino in with_pages.into_iter().chain(dirty) {
         if op.lock_if_cached(ino, Reach::First) {
             crate::file::writeback(op, ino, true)?;
@@ -534,6 +530,18 @@ fn write_back_everything(op: &mut Op) -> FsResult<Option<String>> {
         }
     }
     Ok(None)
+}
+
+/// Before the exclusive pass of [`write_back_everything`], which writes one file at a
+/// time: the dirty files' data, many files at once (`file::write_back_files`), with
+/// operations still allowed. A failure here leaves its pages dirty, and the exclusive pass
+/// writes them again and reports it.
+fn write_back_data_at_once(fs: &FsInner) {
+    if fs.error().is_some() || fs.is_read_only() {
+        return;
+    }
+    let files = crate::file::files_with_dirty_pages(fs);
+    let _ = crate::file::write_back_files(fs, &files, crate::file::Urgency::Sync);
 }
 
 /// Marks `sb` in use by a writable mount: not clean, and with a journal,

@@ -4,6 +4,8 @@
 //! threshold, as the kernel keeps it under `dirty_background_ratio`: writing it early puts
 //! it under every other file's fsync (the fsync-tail bench). The policy once wrote a file's
 //! data whenever only its times were due, which is on every tick for a file being written.
+//! A sync of many small files keeps several files' data in flight at once, and all of it
+//! is durable when the sync returns.
 
 mod common;
 
@@ -11,6 +13,7 @@ use common::{DeviceHook, HookedDevice};
 use jext_fs::{mkfs, Fs, MkfsOptions, MountOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The first bytes of every block of the busy writer's file.
 const MAGIC: [u8; 8] = *b"jextBUSY";
@@ -86,4 +89,62 @@ fn a_writer_over_the_background_threshold_is_written_back() {
         written >= (8 << 20) / BLOCK as u64,
         "32 MiB of dirty data, over the 24 MiB background threshold: {written} blocks went out"
     );
+}
+
+/// Counts the data writes of small files in flight at once, each taking 2 ms.
+#[derive(Default)]
+struct DataInFlight {
+    now: AtomicU64,
+    most: AtomicU64,
+}
+
+impl DeviceHook for DataInFlight {
+    fn before_write(&self, _offset: u64, data: &[u8]) {
+        if !data.starts_with(&MAGIC) {
+            return;
+        }
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(2));
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn name(&self) -> &'static str {
+        "counts small files' data writes in flight"
+    }
+}
+
+/// An unpacked tarball's shape: a sync once wrote one file, waited for its data, then the
+/// next, one device round trip per file (2 to 5 s for /usr/include on a loop device).
+#[test]
+fn a_sync_of_many_small_files_writes_several_at_once() {
+    let dev = Arc::new(HookedDevice::new(64 << 20, DataInFlight::default()));
+    let mkfs_options = MkfsOptions {
+        assume_zeroed: true,
+        ..MkfsOptions::default()
+    };
+    mkfs(dev.clone(), &mkfs_options).unwrap();
+    let fs = Fs::open(dev.clone(), MountOptions::default()).unwrap();
+    let content = |n: usize| {
+        let mut data = busy_data(2 * BLOCK);
+        data[MAGIC.len()] = n as u8;
+        data
+    };
+    for n in 0..64 {
+        let f = fs.create_file(&format!("/f{n}"), 0o644).unwrap();
+        f.write_at(0, &content(n)).unwrap();
+    }
+    assert_eq!(
+        dev.hook.most.load(Ordering::SeqCst),
+        0,
+        "all still in memory"
+    );
+    fs.sync().unwrap();
+    let most = dev.hook.most.load(Ordering::SeqCst);
+    assert!(most >= 4, "at most {most} files' data in flight at once");
+    let crashed = Arc::new(dev.sim.crash());
+    let fs = Fs::open(crashed, MountOptions::default()).expect("recovery mounts");
+    for n in 0..64 {
+        let f = fs.open_file(&format!("/f{n}")).unwrap();
+        assert_eq!(f.read_at(0, 2 * BLOCK).unwrap(), content(n), "/f{n}");
+    }
 }

@@ -21,7 +21,10 @@ pub(crate) use ownership::WritebackOwners;
 use read::page_data;
 pub(crate) use read::read;
 pub(crate) use write::{balance_dirty, write};
-pub(crate) use writeback::{own_writeback, write_back_unlocked, writeback, Urgency};
+pub(crate) use writeback::{
+    files_with_dirty_pages, own_writeback, write_back_files, write_back_unlocked, writeback,
+    Urgency,
+};
 use writeback::{release_reservations, sync_size_and_inode};
 
 use crate::blockmap;

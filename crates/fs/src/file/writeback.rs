@@ -26,10 +26,18 @@ use crate::state::FsInner;
 use crate::tx::Tx;
 use jext_io::{IoFlags, WriteRequest};
 use jext_journal::Tid;
+use parking_lot::Mutex;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Pages written back in one batch.
 const WRITEBACK_BATCH_PAGES: usize = 2048;
+
+/// Files [`write_back_files`] writes back at once. A file's writeback waits for its own
+/// data before it marks its blocks written, so one thread keeps one file's data in
+/// flight; a sync of many small files (an unpacked tarball: 7,945 files, 16 KiB each on
+/// average) then paid one device round trip per file, 2 to 5 s on a loop device.
+const PARALLEL_WRITEBACKS: usize = 16;
 
 /// Whether someone waits for a writeback now, which decides how its data writes queue at
 /// the device.
@@ -126,6 +134,42 @@ pub(crate) fn write_back_unlocked(
         }
     }
     Ok(())
+}
+
+/// The files with dirty pages, oldest dirtied first.
+pub(crate) fn files_with_dirty_pages(fs: &FsInner) -> Vec<u32> {
+    let files = fs.pages.lock().dirty_files();
+    files.into_iter().map(|(ino, _)| ino).collect()
+}
+
+/// Writes back each of `files` as [`write_back_unlocked`] does (without times), several
+/// files at once so that many files' data is in flight together; returns the first error
+/// after trying every file. The caller holds no operation. Each file is written back by
+/// one thread, as by one fsync: files run at once as operations on different files do.
+pub(crate) fn write_back_files(fs: &FsInner, files: &[u32], urgency: Urgency) -> FsResult<()> {
+    let next = AtomicUsize::new(0);
+    let first_error = Mutex::new(None);
+    let work = || {
+        while let Some(&ino) = files.get(next.fetch_add(1, Ordering::Relaxed)) {
+            if let Err(err) = write_back_unlocked(fs, ino, false, urgency) {
+                first_error.lock().get_or_insert(err);
+            }
+        }
+    };
+    let helpers = files.len().min(PARALLEL_WRITEBACKS).saturating_sub(1);
+    std::thread::scope(|scope| {
+        for _ in 0..helpers {
+            let started = std::thread::Builder::new()
+                .name("jext-sync-writeback".into())
+                .spawn_scoped(scope, work);
+            // Without a helper, the calling thread still writes every file below.
+            if started.is_err() {
+                break;
+            }
+        }
+        work();
+    });
+    first_error.into_inner().map_or(Ok(()), Err)
 }
 
 /// Journals a size change past the written data (a hole, or pages whose writeback is
