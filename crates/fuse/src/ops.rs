@@ -35,7 +35,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may trust an attribute, a name or the absence of a name without
 /// asking again. Only this mount changes the image (the daemon holds the image's owner
@@ -166,6 +166,28 @@ fn entry_attr(s: &Stat) -> FileAttr {
     }
 }
 
+/// What a setattr of a freed inode answers: its number, no link, the times it was sent
+/// (mtime, ctime), and nothing else.
+fn deleted_attr(ino: INodeNo, (mtime, ctime): (SystemTime, Option<SystemTime>)) -> FileAttr {
+    FileAttr {
+        ino,
+        size: 0,
+        blocks: 0,
+        atime: mtime,
+        mtime,
+        ctime: ctime.unwrap_or(mtime),
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}
+
 fn time(t: TimeOrNow) -> Timestamp {
     match t {
         TimeOrNow::SpecificTime(t) => Timestamp::from(t),
@@ -204,7 +226,7 @@ fn negative_attr() -> FileAttr {
         ino: INodeNo(0),
         size: 0,
         blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
+        atime: UNIX_EPOCH,
         mtime: SystemTime::UNIX_EPOCH,
         ctime: SystemTime::UNIX_EPOCH,
         crtime: SystemTime::UNIX_EPOCH,
@@ -647,12 +669,15 @@ impl Filesystem for JextFuse {
         // sends them later, with a ctime, which no program can set: times of writes, so an
         // append-only file takes them as it takes its appends (fstests generic/079).
         let times_of_cached_writes = self.writeback_cache && ctime.is_some() && atime.is_none();
-        // It also sends them when it evicts the inode, which for a file deleted and closed
-        // comes after jext freed it (the kernel forgets a node only after): the times
-        // have nowhere to go. ENOENT, as for any handle to a deleted inode (`stat_live`),
-        // and not the EIO of an inconsistency.
+        // It also sends them when it writes the inode back, which for a file deleted and
+        // closed may come after jext freed it (the kernel forgets a node only after): the
+        // times have nowhere to go, and nothing is lost. Success, with attributes nobody
+        // caches: an error here is the kernel's writeback error, which the next
+        // `syncfs` of the whole mount reported (GNU tar deletes the placeholders of its
+        // delayed links, and `tar -x; sync -f` failed with ENOENT).
         if times_of_cached_writes && self.fs.stat_live(ext4_ino).is_err() {
-            return reply.error(Errno::ENOENT);
+            let times = (mtime.map_or(UNIX_EPOCH, |t| time(t).into()), ctime);
+            return reply.attr(&Duration::ZERO, &deleted_attr(ino, times));
         }
         let drop_privileges = self.privileges_dropped(
             req,

@@ -337,10 +337,13 @@ fn an_append_only_file_takes_appends_through_the_writeback_cache() {
     });
 }
 
-/// With the writeback cache the kernel sends a file's cached times when it evicts the
-/// inode. For a file written, closed and deleted (SQLite's rollback journal, every
-/// transaction) that comes after jext freed the inode: jext answered EIO, "inode N is not
-/// in use", as for an inconsistency. The times have nowhere to go and are dropped.
+/// With the writeback cache the kernel sends a file's cached times when it writes the
+/// inode back. For a file written, closed and deleted (SQLite's rollback journal, every
+/// transaction; GNU tar's placeholders for links) that may come after jext freed the
+/// inode: jext answered EIO, "inode N is not in use", as for an inconsistency, and then
+/// ENOENT, which the kernel kept as a writeback error that the next `syncfs` of the
+/// mount reported (`tar -x` then `sync -f` failed). The times have nowhere to go and are
+/// dropped.
 #[test]
 fn a_deleted_files_cached_times_are_dropped_not_an_inconsistency() {
     on_each_transport(|| {
@@ -354,6 +357,16 @@ fn a_deleted_files_cached_times_are_dropped_not_an_inconsistency() {
             drop(f);
             fs::remove_file(&path).unwrap();
         }
+        // And files deleted while still open, closed after.
+        for i in 0..20 {
+            let path = s.mnt().join(format!("placeholder-{i}"));
+            let f = fs::File::create(&path).unwrap();
+            (&f).write_all(b"x").unwrap();
+            fs::remove_file(&path).unwrap();
+            drop(f);
+        }
+        let mnt = s.mnt();
+        ok("sync", &["-f", p(&mnt)]);
         umount(&s);
         let out = daemon.wait_with_output().unwrap();
         let said = String::from_utf8_lossy(&out.stderr);
