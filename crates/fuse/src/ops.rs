@@ -166,9 +166,9 @@ fn entry_attr(s: &Stat) -> FileAttr {
     }
 }
 
-/// What a setattr of a freed inode answers: its number, no link, the times it was sent
-/// (mtime, ctime), and nothing else.
-fn deleted_attr(ino: INodeNo, (mtime, ctime): (SystemTime, Option<SystemTime>)) -> FileAttr {
+/// Attributes of no file: node `ino`, no link, times (mtime, ctime), and nothing else. A
+/// negative entry has them, and so does the answer to a setattr of a freed inode.
+fn no_file_attr(ino: INodeNo, (mtime, ctime): (SystemTime, Option<SystemTime>)) -> FileAttr {
     FileAttr {
         ino,
         size: 0,
@@ -222,23 +222,7 @@ fn lookup_reply(reply: ReplyEntry, result: Result<Stat, Errno>) {
 }
 
 fn negative_attr() -> FileAttr {
-    FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
-    }
+    no_file_attr(INodeNo(0), (UNIX_EPOCH, None))
 }
 
 fn empty(reply: ReplyEmpty, result: Result<(), Errno>) {
@@ -677,7 +661,7 @@ impl Filesystem for JextFuse {
         // delayed links, and `tar -x; sync -f` failed with ENOENT).
         if times_of_cached_writes && self.fs.stat_live(ext4_ino).is_err() {
             let times = (mtime.map_or(UNIX_EPOCH, |t| time(t).into()), ctime);
-            return reply.attr(&Duration::ZERO, &deleted_attr(ino, times));
+            return reply.attr(&Duration::ZERO, &no_file_attr(ino, times));
         }
         let drop_privileges = self.privileges_dropped(
             req,
