@@ -136,9 +136,12 @@ pub(crate) fn stamp(info: &InodeInfo, coarse: Timestamp) -> InodeTime {
     }
 }
 
-/// What `stat` shows of a cached inode (which marks its times as read, see [`stamp`]).
+/// What `stat` shows of a cached inode (which marks its times as read, see [`stamp`],
+/// unless the mount stamps from the coarse clock alone).
 pub(crate) fn stat(fs: &FsInner, ino: u32, info: &InodeInfo) -> FsResult<Stat> {
-    info.times_queried.store(true, Ordering::Relaxed);
+    if fs.options.fine_timestamps {
+        info.times_queried.store(true, Ordering::Relaxed);
+    }
     let raw = &info.raw;
     let kind = FileKind::from_mode(info.mode()).ok_or_else(|| {
         FsError::Inconsistent(format!(

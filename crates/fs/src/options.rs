@@ -146,6 +146,13 @@ pub struct MountOptions {
     /// on an `O_DIRECT` block device, else a thread pool, each 32 commands deep; `inline`
     /// writes on the calling thread, one at a time.
     pub io_engine: EngineKind,
+    /// Whether a change after someone read an inode's times is stamped with the exact time
+    /// (Linux's multigrain timestamps; `crate::inodes::stamp`). Not a `-o` option: the
+    /// mount turns it off under FUSE's writeback cache, where the kernel stamps regular
+    /// files' times itself from its coarse clock, and an exact stamp of jext's (a socket
+    /// made a moment before a `link`) would then look later than the kernel's (the
+    /// link's ctime): fstests generic/423.
+    pub fine_timestamps: bool,
 }
 
 /// The default cache bound: an eighth of the memory jext may use (RAM, or a cgroup's
@@ -178,6 +185,7 @@ impl Default for MountOptions {
             ijournal: IJournal::Single,
             small_syncs: SmallSyncs::Journal,
             io_engine: EngineKind::Auto,
+            fine_timestamps: true,
         }
     }
 }

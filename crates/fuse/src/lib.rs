@@ -44,6 +44,7 @@ fn config(opts: &FuseOptions) -> Config {
     config.n_threads = Some(opts.request_threads);
     config.clone_fd = true;
     config.uring = opts.uring;
+    config.poll_before_sleep = std::time::Duration::from_micros(opts.poll_us);
     config
 }
 

@@ -7,7 +7,7 @@
 //!
 //! The text form a control socket carries is one line of `name=count` words separated by
 //! spaces: the opcodes' names in lower case (`lookup=12 create=3`), then
-//! `voluntary_switches=N involuntary_switches=N`.
+//! `voluntary_switches=N involuntary_switches=N cpu_us=N`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,6 +111,9 @@ pub struct DaemonStats {
     /// Context switches of all the daemon's threads: waits (voluntary) and preemptions.
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
+    /// CPU time of all the daemon's threads, user and system, in microseconds: what its
+    /// requests cost it, and what polling for them costs (`poll_us=`).
+    pub cpu_micros: u64,
     /// How the file system made fsyncs durable: `fast_commit`, `obsolete` (its full
     /// commit got there first) or `full_<reason>` (a full commit instead, and why).
     pub fsyncs: BTreeMap<String, u64>,
@@ -118,6 +121,7 @@ pub struct DaemonStats {
 
 const VOLUNTARY: &str = "voluntary_switches";
 const INVOLUNTARY: &str = "involuntary_switches";
+const CPU: &str = "cpu_us";
 /// Marks an fsync count in the text form (`fsync.fast_commit=12`).
 const FSYNC_PREFIX: &str = "fsync.";
 
@@ -134,6 +138,7 @@ impl DaemonStats {
             requests: counts.snapshot(),
             voluntary_switches: u64::try_from(usage.ru_nvcsw).unwrap_or(0),
             involuntary_switches: u64::try_from(usage.ru_nivcsw).unwrap_or(0),
+            cpu_micros: micros(usage.ru_utime) + micros(usage.ru_stime),
             fsyncs: BTreeMap::new(),
         }
     }
@@ -152,6 +157,7 @@ impl DaemonStats {
             requests: add_counts(&self.requests, &other.requests),
             voluntary_switches: self.voluntary_switches + other.voluntary_switches,
             involuntary_switches: self.involuntary_switches + other.involuntary_switches,
+            cpu_micros: self.cpu_micros + other.cpu_micros,
             fsyncs: add_counts(&self.fsyncs, &other.fsyncs),
         }
     }
@@ -162,6 +168,7 @@ impl DaemonStats {
             requests: counts_since(&self.requests, &earlier.requests),
             voluntary_switches: self.voluntary_switches - earlier.voluntary_switches,
             involuntary_switches: self.involuntary_switches - earlier.involuntary_switches,
+            cpu_micros: self.cpu_micros - earlier.cpu_micros,
             fsyncs: counts_since(&self.fsyncs, &earlier.fsyncs),
         }
     }
@@ -179,6 +186,7 @@ impl DaemonStats {
         );
         words.push(format!("{VOLUNTARY}={}", self.voluntary_switches));
         words.push(format!("{INVOLUNTARY}={}", self.involuntary_switches));
+        words.push(format!("{CPU}={}", self.cpu_micros));
         words.join(" ")
     }
 
@@ -194,6 +202,7 @@ impl DaemonStats {
             match name {
                 VOLUNTARY => stats.voluntary_switches = count,
                 INVOLUNTARY => stats.involuntary_switches = count,
+                CPU => stats.cpu_micros = count,
                 _ => match name.strip_prefix(FSYNC_PREFIX) {
                     Some(how) => {
                         stats.fsyncs.insert(how.to_string(), count);
@@ -206,6 +215,11 @@ impl DaemonStats {
         }
         Ok(stats)
     }
+}
+
+fn micros(t: libc::timeval) -> u64 {
+    let micros = t.tv_sec * 1_000_000 + t.tv_usec;
+    u64::try_from(micros).unwrap_or(0)
 }
 
 fn add_counts(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
@@ -241,6 +255,7 @@ mod tests {
             requests: counts.snapshot(),
             voluntary_switches: 7,
             involuntary_switches: 2,
+            cpu_micros: 1_234,
             fsyncs: [
                 ("fast_commit".to_string(), 3),
                 ("full_rename".to_string(), 1),
@@ -254,23 +269,31 @@ mod tests {
         assert_eq!(DaemonStats::decode(&stats.encode()), Ok(stats.clone()));
         let later = DaemonStats {
             voluntary_switches: 10,
+            cpu_micros: 1_500,
             ..stats.clone()
         };
         let delta = later.since(&stats);
         assert_eq!((delta.total_requests(), delta.context_switches()), (0, 3));
+        assert_eq!(delta.cpu_micros, 266);
         let both = stats.plus(&later);
         assert_eq!((both.requests["lookup"], both.voluntary_switches), (4, 17));
+        assert_eq!(both.cpu_micros, 2_734);
         assert!(DaemonStats::decode("lookup=x").is_err());
         assert!(DaemonStats::decode("lookup").is_err());
     }
 
     #[test]
-    fn this_process_has_switched_context() {
+    fn this_process_has_switched_context_and_used_cpu() {
         std::thread::sleep(std::time::Duration::from_millis(2));
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
         let stats = DaemonStats::of_this_process(&RequestCounts::default());
         assert!(
             stats.voluntary_switches > 0,
             "a sleep is a voluntary switch"
         );
+        assert!(stats.cpu_micros >= 10_000, "{} µs", stats.cpu_micros);
     }
 }

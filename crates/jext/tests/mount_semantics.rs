@@ -375,6 +375,45 @@ fn a_deleted_files_cached_times_are_dropped_not_an_inconsistency() {
     });
 }
 
+/// fstests generic/423 under the writeback cache: the kernel stamps a regular file's ctime
+/// on `link` from its coarse clock, so jext's own stamps (a FIFO made just before) must not
+/// be exact times later than that clock. Before the fix nearly every iteration inverted.
+#[test]
+fn a_link_made_after_a_node_never_shows_an_older_ctime_under_the_writeback_cache() {
+    on_each_transport(|| {
+        let s = Scratch::new("wb-link-ctime");
+        let daemon = foreground_daemon_heard(&s, "writeback_cache");
+        let dir = s.mnt();
+        let file = dir.join("file");
+        fs::write(&file, vec![0u8; 20480]).unwrap();
+        let mut inverted = 0;
+        for i in 0..200 {
+            let (node, link) = (dir.join(format!("fifo{i}")), dir.join(format!("link{i}")));
+            // Someone reads the times first: that is what asks for exact stamps.
+            fs::metadata(&dir).unwrap();
+            fs::metadata(&file).unwrap();
+            ok("mkfifo", &[p(&node)]);
+            let made = fs::metadata(&node).unwrap();
+            fs::hard_link(&file, &link).unwrap();
+            let linked = fs::metadata(&link).unwrap();
+            let ctime_ns =
+                |m: &fs::Metadata| m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128;
+            if ctime_ns(&linked) < ctime_ns(&made) {
+                inverted += 1;
+            }
+            fs::remove_file(&node).unwrap();
+            fs::remove_file(&link).unwrap();
+        }
+        assert_eq!(
+            inverted, 0,
+            "of 200 links, {inverted} showed a ctime before the FIFO made first"
+        );
+        umount(&s);
+        daemon.wait_with_output().unwrap();
+        e2fsck_clean(&s.image());
+    });
+}
+
 fn copy_file_range(from: &fs::File, from_at: i64, to: &fs::File, to_at: i64, len: usize) -> i64 {
     let (mut from_at, mut to_at) = (from_at, to_at);
     // SAFETY: both descriptors are open for the call, and the offsets are locals it may

@@ -97,6 +97,7 @@ mod notify;
 mod open_flags;
 mod passthrough;
 mod poll_events;
+mod poll_wait;
 mod read_buf;
 mod rename_flags;
 mod reply;

@@ -43,6 +43,7 @@ use crate::mnt::Mount;
 use crate::mnt::mount_options::Config;
 use crate::mnt::mount_options::check_option_conflicts;
 use crate::notify::Notifier;
+use crate::poll_wait::PollWait;
 use crate::read_buf::FuseReadBuf;
 use crate::reply::Reply;
 use crate::reply::ReplyRaw;
@@ -300,6 +301,8 @@ impl<FS: Filesystem> Session<FS> {
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
+        // jext patch: the polling window the /dev/fuse threads share (`poll_wait.rs`).
+        let poll_wait = Arc::new(PollWait::new(config.poll_before_sleep));
 
         // jext patch: the io_uring queues' threads, beside the /dev/fuse ones (which still
         // get FORGET and INTERRUPT, and everything if registration fails).
@@ -319,6 +322,7 @@ impl<FS: Filesystem> Session<FS> {
                         ch: channels[0].clone(),
                         allowed,
                         session_owner,
+                        poll_wait: poll_wait.clone(),
                     };
                     threads.push(thread::Builder::new().name(thread_name).spawn(move || {
                         crate::uring::serve_queue(&event_loop, qid, uring_payload_bytes)
@@ -336,6 +340,7 @@ impl<FS: Filesystem> Session<FS> {
                 ch,
                 allowed,
                 session_owner,
+                poll_wait: poll_wait.clone(),
             };
             threads.push(
                 thread::Builder::new()
@@ -582,6 +587,8 @@ pub(crate) struct SessionEventLoop<FS: Filesystem> {
     pub(crate) filesystem: Arc<FilesystemHolder<FS>>,
     pub(crate) allowed: SessionACL,
     pub(crate) session_owner: Uid,
+    /// jext patch: polls briefly for the next request before sleeping (`poll_wait.rs`).
+    pub(crate) poll_wait: Arc<PollWait>,
 }
 
 impl<FS: Filesystem> SessionEventLoop<FS> {
@@ -591,6 +598,8 @@ impl<FS: Filesystem> SessionEventLoop<FS> {
         let mut buf = FuseReadBuf::new();
         let buf = buf.as_mut();
         loop {
+            // jext patch: poll a moment before sleeping in the read.
+            self.poll_wait.wait_briefly(self.ch.as_fd());
             // Read the next request from the given channel to kernel driver
             // The kernel driver makes sure that we get exactly one request per read
             match self.ch.receive_retrying(buf) {

@@ -556,7 +556,7 @@ fn rate_table(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)])
 }
 
 /// What jext's daemon did per operation, where a run counted it: FUSE round trips, the
-/// requests that made most of them, and context switches.
+/// requests that made most of them, context switches and CPU time.
 fn daemon_table(out: &mut String, what: &str, grid: &[(Variant, Vec<Aggregate>)]) {
     let rows: Vec<(String, &Aggregate)> = grid
         .iter()
@@ -569,7 +569,7 @@ fn daemon_table(out: &mut String, what: &str, grid: &[(Variant, Vec<Aggregate>)]
     let _ = writeln!(
         out,
         "\nWhat jext's daemon served per {what} (all repetitions):\n\n\
-         | system | FUSE requests | context switches | most frequent requests |\n|---|---:|---:|---|"
+         | system | FUSE requests | context switches | CPU µs | most frequent requests |\n|---|---:|---:|---:|---|"
     );
     for (label, row) in rows {
         let (d, ops) = row.daemon.as_ref().expect("filtered");
@@ -587,9 +587,10 @@ fn daemon_table(out: &mut String, what: &str, grid: &[(Variant, Vec<Aggregate>)]
         };
         let _ = writeln!(
             out,
-            "| {name} | {:.2} | {:.2} | {} |",
+            "| {name} | {:.2} | {:.2} | {:.0} | {} |",
             per(d.total_requests()),
             per(d.context_switches()),
+            per(d.cpu_micros),
             top.join(", ")
         );
     }
@@ -945,6 +946,7 @@ fn daemon_json(daemon: &Option<DaemonStats>, ops: u64) -> Value {
         json!({"fuse_requests": d.requests, "fuse_requests_per_op": per_op(d.total_requests()),
                "voluntary_switches": d.voluntary_switches, "involuntary_switches": d.involuntary_switches,
                "context_switches_per_op": per_op(d.context_switches()),
+               "cpu_us": d.cpu_micros, "cpu_us_per_op": per_op(d.cpu_micros),
                "fsyncs": d.fsyncs})
     })
 }

@@ -101,7 +101,8 @@ enum Command {
     /// writeback_cache or nowriteback_cache (default), threads=N (request threads; default one
     /// per core, at least two), fuse_uring (serve through FUSE over io_uring when root has
     /// switched it on in /sys/module/fuse/parameters/enable_uring; else say so and use
-    /// /dev/fuse), owner_wait=SECS (wait for another
+    /// /dev/fuse), poll_us=N (how long a request thread polls for the next request
+    /// before it sleeps; default 50, 0 never polls), owner_wait=SECS (wait for another
     /// owner of the image to let go), remount (with ro or rw: change a live mount), and the
     /// VFS flags nosuid, nodev, noexec, noatime, sync, dirsync.
     ///

@@ -21,6 +21,9 @@ pub struct Config {
     /// jext patch: serve requests through FUSE over io_uring when the kernel offers it
     /// (`uring.rs`), with `n_threads` threads on each CPU's queue; `/dev/fuse` otherwise.
     pub uring: bool,
+    /// jext patch: how long a `/dev/fuse` thread that served a request polls for the next
+    /// before it sleeps in `read` (`poll_wait.rs`); zero never polls.
+    pub poll_before_sleep: std::time::Duration,
 }
 
 /// Mount options accepted by the FUSE filesystem type
