@@ -106,6 +106,28 @@ fn a_second_mount_shares_the_file_system_and_other_writers_are_refused() {
     });
 }
 
+/// A second mount point warns only when it asks the file system for options the first
+/// mount did not give: the writeback cache is a FUSE option (fstests 604 and 732 compare
+/// the mount's output and failed on a warning it did not deserve).
+#[test]
+fn a_second_mount_point_warns_only_of_file_system_options() {
+    on_each_transport(|| {
+        let s = Scratch::new("second-warning");
+        mount(&s, "writeback_cache");
+        let warned = |opts: &str, dir: &str| {
+            let second = s.dir.join(dir);
+            fs::create_dir_all(&second).unwrap();
+            let out = sh(JEXT, &["mount", "-o", opts, p(&s.image()), p(&second)]);
+            assert!(out.status.success(), "{out:?}");
+            jext(&["umount", p(&second)]);
+            String::from_utf8_lossy(&out.stderr).contains("options are those of its first mount")
+        };
+        assert!(!warned("writeback_cache", "second"));
+        assert!(warned("data=journal", "third"));
+        umount(&s);
+    });
+}
+
 /// The scenario: `umount` returning before the daemon's checkpoint let a new mount
 /// race the old daemon and e2fsck see half-written counts.
 #[test]

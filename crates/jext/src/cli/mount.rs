@@ -150,8 +150,11 @@ fn second_mount_point(
     opts: &FuseOptions,
 ) -> Result<(), String> {
     let mountpoint = absolute(mountpoint)?;
+    // What the user asked of the file system; `fine_timestamps` follows the writeback
+    // cache, a FUSE option, and says nothing of the file system's options.
     let fs_options = jext::MountOptions {
         read_only: false,
+        fine_timestamps: true,
         ..opts.fs.clone()
     };
     if fs_options != jext::MountOptions::default() {
