@@ -324,7 +324,22 @@ impl JextFuse {
             }
             New::Symlink(target) => self.fs.symlink(parent, name, target, uid, gid),
         }
-        .map_err(errno)
+        .map_err(|e| self.node_errno(&[parent], e))
+    }
+
+    /// The errno for `e`, an error of an operation on `nodes`, inodes the kernel named by
+    /// number. The kernel may still hold a node whose inode jext freed (a directory removed
+    /// while some process stood in it, or renamed over): the library then finds the inode
+    /// not in use and calls that an inconsistency, but for a number the kernel kept it is a
+    /// file that is gone (ENOENT), as for any handle to a deleted inode. fstests
+    /// generic/011's dirstress, whose processes create in and leave directories the others
+    /// remove, met EIO here.
+    fn node_errno(&self, nodes: &[Ino], e: FsError) -> Errno {
+        let gone = |&ino: &Ino| matches!(self.fs.stat_live(ino), Err(FsError::NotFound(_)));
+        if matches!(e, FsError::Inconsistent(_)) && nodes.iter().any(gone) {
+            return Errno::ENOENT;
+        }
+        errno(e)
     }
 
     /// `.` and `..` come only from the kernel's export operations (a file handle being
@@ -477,7 +492,11 @@ impl JextFuse {
         if !writes {
             return Ok(());
         }
-        let flags = self.fs.stat(ino).map_err(errno)?.flags;
+        let flags = self
+            .fs
+            .stat(ino)
+            .map_err(|e| self.node_errno(&[ino], e))?
+            .flags;
         let appends_only = open_flags & libc::O_APPEND != 0 && open_flags & libc::O_TRUNC == 0;
         if flags & IMMUTABLE_FL != 0 || (flags & APPEND_FL != 0 && !appends_only) {
             return Err(Errno::EPERM);
@@ -615,13 +634,21 @@ impl Filesystem for JextFuse {
             b"." | b".." => entry(reply, parent.and_then(|p| self.lookup_dot(p, name))),
             _ => lookup_reply(
                 reply,
-                parent.and_then(|p| self.fs.lookup(p, name).map_err(errno)),
+                parent.and_then(|p| {
+                    self.fs
+                        .lookup(p, name)
+                        .map_err(|e| self.node_errno(&[p], e))
+                }),
             ),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match to_ext4(ino).and_then(|i| self.fs.stat(i).map_err(errno)) {
+        // The kernel may still hold a node whose inode jext freed: a directory removed while
+        // it was some process's working directory is asked for its attributes by the next
+        // `stat(".")` or `chdir("..")` from it. The file is gone, as for a handle to a deleted
+        // inode (ENOENT), not an inconsistency (EIO; fstests generic/011's dirstress).
+        match to_ext4(ino).and_then(|i| self.fs.stat_live(i).map_err(errno)) {
             Ok(s) => reply.attr(&ATTR_TTL, &attr(&s)),
             Err(e) => reply.error(e),
         }
@@ -689,7 +716,9 @@ impl Filesystem for JextFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match to_ext4(ino).and_then(|i| self.fs.readlink(i).map_err(errno)) {
+        let target =
+            to_ext4(ino).and_then(|i| self.fs.readlink(i).map_err(|e| self.node_errno(&[i], e)));
+        match target {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(e),
         }
@@ -725,13 +754,20 @@ impl Filesystem for JextFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result =
-            to_ext4(parent).and_then(|p| self.fs.unlink(p, name.as_bytes()).map_err(errno));
+        let result = to_ext4(parent).and_then(|p| {
+            self.fs
+                .unlink(p, name.as_bytes())
+                .map_err(|e| self.node_errno(&[p], e))
+        });
         empty(reply, result);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let result = to_ext4(parent).and_then(|p| self.fs.rmdir(p, name.as_bytes()).map_err(errno));
+        let result = to_ext4(parent).and_then(|p| {
+            self.fs
+                .rmdir(p, name.as_bytes())
+                .map_err(|e| self.node_errno(&[p], e))
+        });
         empty(reply, result);
     }
 
@@ -781,7 +817,7 @@ impl Filesystem for JextFuse {
             let np = to_ext4(newparent)?;
             self.fs
                 .rename(p, name.as_bytes(), np, newname.as_bytes(), how)
-                .map_err(errno)
+                .map_err(|e| self.node_errno(&[p, np], e))
         });
         empty(reply, result);
     }
@@ -796,7 +832,9 @@ impl Filesystem for JextFuse {
     ) {
         let result = to_ext4(ino).and_then(|i| {
             let np = to_ext4(newparent)?;
-            self.fs.link(i, np, newname.as_bytes()).map_err(errno)
+            self.fs
+                .link(i, np, newname.as_bytes())
+                .map_err(|e| self.node_errno(&[i, np], e))
         });
         entry(reply, result);
     }
@@ -804,7 +842,7 @@ impl Filesystem for JextFuse {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let opened = to_ext4(ino).and_then(|i| {
             self.check_open(i, flags.0)?;
-            self.fs.open_inode(i).map_err(errno)
+            self.fs.open_inode(i).map_err(|e| self.node_errno(&[i], e))
         });
         match opened {
             Ok(_) => reply.opened(FileHandle(0), NO_FLUSH),
@@ -909,7 +947,9 @@ impl Filesystem for JextFuse {
     /// directory renamed over or removed while open stays until its last close
     /// (fstests generic/035: `fstat` on it then shows nlink 0, not EIO).
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match to_ext4(ino).and_then(|i| self.fs.open_inode(i).map_err(errno)) {
+        let opened =
+            to_ext4(ino).and_then(|i| self.fs.open_inode(i).map_err(|e| self.node_errno(&[i], e)));
+        match opened {
             Ok(_) => reply.opened(FileHandle(self.dir_streams.open()), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }

@@ -128,6 +128,34 @@ fn a_second_mount_point_warns_only_of_file_system_options() {
     });
 }
 
+/// A directory removed while it is a process's working directory: asking for its
+/// attributes from inside finds it gone (ENOENT), never an I/O error (fstests generic/011,
+/// whose dirstress removes directories other processes stand in).
+#[test]
+fn a_removed_working_directory_is_gone_not_an_io_error() {
+    on_each_transport(|| {
+        let s = Scratch::new("removed-cwd");
+        let daemon = foreground_daemon_heard(&s, "");
+        let dir = s.mnt().join("d");
+        let script = format!(
+            "mkdir {d} && cd {d} && rmdir {d} && stat . ; echo stat=$?",
+            d = p(&dir)
+        );
+        let out = sh("sh", &["-c", &script]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("stat=1"),
+            "stat of the removed directory: {out:?}"
+        );
+        assert!(!said.contains("Input/output error"), "{said}");
+        umount(&s);
+        let out = daemon.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!said.contains("EIO"), "the daemon said: {said}");
+        e2fsck_clean(&s.image());
+    });
+}
+
 /// The scenario: `umount` returning before the daemon's checkpoint let a new mount
 /// race the old daemon and e2fsck see half-written counts.
 #[test]
