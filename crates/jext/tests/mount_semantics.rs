@@ -148,11 +148,7 @@ fn a_removed_working_directory_is_gone_not_an_io_error() {
             "stat of the removed directory: {out:?}"
         );
         assert!(!said.contains("Input/output error"), "{said}");
-        umount(&s);
-        let out = daemon.wait_with_output().unwrap();
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(!said.contains("EIO"), "the daemon said: {said}");
-        e2fsck_clean(&s.image());
+        umount_clean_without_eio(&s, daemon);
     });
 }
 
@@ -417,11 +413,7 @@ fn a_deleted_files_cached_times_are_dropped_not_an_inconsistency() {
         }
         let mnt = s.mnt();
         ok("sync", &["-f", p(&mnt)]);
-        umount(&s);
-        let out = daemon.wait_with_output().unwrap();
-        let said = String::from_utf8_lossy(&out.stderr);
-        assert!(!said.contains("EIO"), "the daemon said: {said}");
-        e2fsck_clean(&s.image());
+        umount_clean_without_eio(&s, daemon);
     });
 }
 
@@ -462,6 +454,16 @@ fn a_link_made_after_a_node_never_shows_an_older_ctime_under_the_writeback_cache
         daemon.wait_with_output().unwrap();
         e2fsck_clean(&s.image());
     });
+}
+
+/// Unmounts a foreground daemon's mount, checks that the daemon never answered EIO, and
+/// that the image is clean.
+fn umount_clean_without_eio(s: &Scratch, daemon: std::process::Child) {
+    umount(s);
+    let out = daemon.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("EIO"), "the daemon said: {said}");
+    e2fsck_clean(&s.image());
 }
 
 fn copy_file_range(from: &fs::File, from_at: i64, to: &fs::File, to_at: i64, len: usize) -> i64 {
