@@ -451,6 +451,26 @@ fn finish_orphans(op: &mut Op) -> FsResult<usize> {
     Ok(orphans.len())
 }
 
+/// Deletes the unlinked inodes someone still held open: nobody holds one past the unmount.
+/// A FUSE mount ends with DESTROY before the kernel drops its inodes, so a removed
+/// directory whose FORGET never came would otherwise stay on the orphan list of a clean
+/// image, for the next mount to finish.
+fn delete_orphans_still_held(op: &mut Op) -> FsResult<()> {
+    if op.fs.error().is_some() {
+        return Ok(());
+    }
+    let orphans = op.fs.orphans.lock().clone();
+    for ino in orphans {
+        if op.lock_if_cached(ino, Reach::First) {
+            if op.inode(ino).raw.links_count() == 0 {
+                crate::truncate::delete_inode(op, ino)?;
+            }
+            op.unlock(ino);
+        }
+    }
+    Ok(())
+}
+
 /// Writes everything back, empties the journal, and marks the file system clean.
 /// The image is then as `umount` leaves it, and the device's owner lock is released.
 pub(crate) fn unmount(fs: &FsInner) -> FsResult<()> {
@@ -458,7 +478,11 @@ pub(crate) fn unmount(fs: &FsInner) -> FsResult<()> {
         fs.journal.shutdown()?;
     } else {
         write_back_data_at_once(fs);
-        let error = write_back_everything(&mut Op::exclusive(fs))?;
+        let error = {
+            let mut op = Op::exclusive(fs);
+            delete_orphans_still_held(&mut op)?;
+            write_back_everything(&mut op)?
+        };
         fs.journal.shutdown()?;
         if let Some(why) = error {
             return Err(FsError::ReadOnly(format!(

@@ -141,3 +141,36 @@ fn a_cached_append_to_an_append_only_file_resends_what_it_holds() {
     assert_eq!(fs.read(f.ino(), 0, 64).unwrap(), page.to_vec());
     fs.unmount().unwrap();
 }
+
+/// A directory and a file removed while still held open (as the FUSE front end holds a
+/// directory the kernel keeps, a process's working directory) are deleted by the unmount
+/// itself: the image it leaves clean has no orphan list for the next mount to finish.
+#[test]
+fn unlinked_inodes_still_held_at_unmount_are_deleted_by_it() {
+    let scratch = Scratch::new("held-orphans");
+    let image = scratch.path("a.img");
+    mkfs_ext4(&image, 64, &[]);
+    let fs = Fs::open_path(&image, MountOptions::default()).unwrap();
+    let root = jext_fs::ROOT_INO;
+    let dir = fs.mkdir_path("/d", 0o755).unwrap().ino;
+    let file = fs.create_file("/f", 0o644).unwrap();
+    file.write_at(0, &[7; 10_000]).unwrap();
+    let file_ino = file.stat().unwrap().ino;
+    drop(file);
+    for ino in [dir, file_ino] {
+        fs.open_inode(ino).unwrap();
+    }
+    fs.rmdir(root, b"d").unwrap();
+    fs.unlink(root, b"f").unwrap();
+    assert_eq!(fs.stat_live(dir).unwrap().nlink, 0, "held: still alive");
+    fs.unmount().unwrap();
+    assert_e2fsck_clean(&image);
+    let (fs, report) = Fs::open_with_report(
+        jext_device::open_path(&image, false).unwrap(),
+        MountOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(report.orphans_finished, 0, "the unmount left orphans");
+    assert!(fs.stat_live(dir).is_err() && fs.stat_live(file_ino).is_err());
+    fs.unmount().unwrap();
+}

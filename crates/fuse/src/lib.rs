@@ -10,6 +10,7 @@
 
 mod caller;
 mod dir_streams;
+mod kernel_holds;
 mod kernel_mount;
 mod loop_device;
 mod ops;

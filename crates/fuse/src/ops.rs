@@ -13,10 +13,13 @@
 //! by the kernel for `ATTR_TTL` only, and only this mount changes the image; a change the
 //! kernel cannot see, `chattr`, invalidates them). Must never panic on a request: a bad
 //! argument is an errno. Holds no per-open state except the open count the library keeps,
-//! so that an unlinked file lives until its last release.
+//! so that an unlinked file lives until its last release, and the kernel's references to
+//! directories (`crate::kernel_holds`), so that a removed directory lives until the kernel
+//! forgets it.
 
 use crate::caller;
 use crate::dir_streams::DirStreams;
+use crate::kernel_holds::KernelHolds;
 use crate::requests::RequestCounts;
 use crate::sync_threads::SyncThreads;
 use crate::{JEXT_IOC_FBARRIER, JEXT_IOC_FDATABARRIER};
@@ -98,6 +101,8 @@ pub struct JextFuse {
     notifier: Arc<OnceLock<Notifier>>,
     /// What each open directory listed and has not yet sent.
     dir_streams: DirStreams,
+    /// The directories the kernel holds, alive until it forgets them.
+    kernel_holds: KernelHolds,
     /// Where fsyncs and syncfs wait for the device, off the request threads.
     sync_threads: SyncThreads,
 }
@@ -199,28 +204,6 @@ fn is_now(t: Option<TimeOrNow>) -> bool {
     matches!(t, Some(TimeOrNow::Now))
 }
 
-/// Runs a library call whose answer is an inode's attributes, as an entry.
-fn entry(reply: ReplyEntry, result: Result<Stat, Errno>) {
-    match result {
-        Ok(s) => reply.entry(
-            &ATTR_TTL,
-            &entry_attr(&s),
-            Generation(u64::from(s.generation)),
-        ),
-        Err(e) => reply.error(e),
-    }
-}
-
-/// Answers a lookup of a name that does not exist with a negative entry (node id 0), which
-/// the kernel keeps for `ATTR_TTL`: a program that probes for a file (SQLite's hot-journal
-/// check, a PATH search) costs one round trip, not one per probe.
-fn lookup_reply(reply: ReplyEntry, result: Result<Stat, Errno>) {
-    match result {
-        Err(Errno::ENOENT) => reply.entry(&ATTR_TTL, &negative_attr(), Generation(0)),
-        other => entry(reply, other),
-    }
-}
-
 fn negative_attr() -> FileAttr {
     no_file_attr(INodeNo(0), (UNIX_EPOCH, None))
 }
@@ -259,6 +242,7 @@ impl JextFuse {
             on_destroy: Mutex::new(Some(on_destroy)),
             notifier: Arc::new(OnceLock::new()),
             dir_streams: DirStreams::default(),
+            kernel_holds: KernelHolds::default(),
             sync_threads: SyncThreads::start(),
         }
     }
@@ -327,13 +311,52 @@ impl JextFuse {
         .map_err(|e| self.node_errno(&[parent], e))
     }
 
+    /// Runs a library call whose answer is an inode's attributes, as an entry: the kernel
+    /// holds the node from then on (`crate::kernel_holds`).
+    fn entry(&self, reply: ReplyEntry, result: Result<Stat, Errno>) {
+        let held = result.and_then(|s| {
+            let hold = |ino| self.fs.open_inode(ino).map(drop);
+            let held = self.kernel_holds.referenced(&s, hold);
+            let ino = s.ino;
+            held.map(|()| s).map_err(|e| self.node_errno(&[ino], e))
+        });
+        match held {
+            Ok(s) => reply.entry(
+                &ATTR_TTL,
+                &entry_attr(&s),
+                Generation(u64::from(s.generation)),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// The kernel dropped `references` of node `ino`. Letting go of the last deletes a
+    /// directory removed while the kernel held it; an error then has no caller to go to
+    /// (it is logged), and the orphan list keeps the directory for the next mount.
+    fn forget_node(&self, ino: Ino, references: u64) {
+        if self.kernel_holds.forgotten(ino, references) {
+            let _ = self.fs.release(ino).map_err(errno);
+        }
+    }
+
+    /// Answers a lookup of a name that does not exist with a negative entry (node id 0),
+    /// which the kernel keeps for `ATTR_TTL`: a program that probes for a file (SQLite's
+    /// hot-journal check, a PATH search) costs one round trip, not one per probe.
+    fn lookup_reply(&self, reply: ReplyEntry, result: Result<Stat, Errno>) {
+        match result {
+            Err(Errno::ENOENT) => reply.entry(&ATTR_TTL, &negative_attr(), Generation(0)),
+            other => self.entry(reply, other),
+        }
+    }
+
     /// The errno for `e`, an error of an operation on `nodes`, inodes the kernel named by
-    /// number. The kernel may still hold a node whose inode jext freed (a directory removed
-    /// while some process stood in it, or renamed over): the library then finds the inode
-    /// not in use and calls that an inconsistency, but for a number the kernel kept it is a
-    /// file that is gone (ENOENT), as for any handle to a deleted inode. fstests
+    /// number. The kernel may still hold a node whose inode jext freed (a file removed or
+    /// renamed over while the kernel kept its node; a directory only in the moment between
+    /// a lookup's reply and its hold, `crate::kernel_holds`): the library then finds the
+    /// inode not in use and calls that an inconsistency, but for a number the kernel kept it
+    /// is a file that is gone (ENOENT), as for any handle to a deleted inode. fstests
     /// generic/011's dirstress, whose processes create in and leave directories the others
-    /// remove, met EIO here.
+    /// remove, met EIO here before directories were held.
     fn node_errno(&self, nodes: &[Ino], e: FsError) -> Errno {
         let gone = |&ino: &Ino| matches!(self.fs.stat_live(ino), Err(FsError::NotFound(_)));
         if matches!(e, FsError::Inconsistent(_)) && nodes.iter().any(gone) {
@@ -631,8 +654,8 @@ impl Filesystem for JextFuse {
         let parent = to_ext4(parent);
         match name {
             // Export lookups: a dead inode is a stale handle, never a cached absence.
-            b"." | b".." => entry(reply, parent.and_then(|p| self.lookup_dot(p, name))),
-            _ => lookup_reply(
+            b"." | b".." => self.entry(reply, parent.and_then(|p| self.lookup_dot(p, name))),
+            _ => self.lookup_reply(
                 reply,
                 parent.and_then(|p| {
                     self.fs
@@ -643,11 +666,17 @@ impl Filesystem for JextFuse {
         }
     }
 
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if let Ok(ino) = to_ext4(ino) {
+            self.forget_node(ino, nlookup);
+        }
+    }
+
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        // The kernel may still hold a node whose inode jext freed: a directory removed while
-        // it was some process's working directory is asked for its attributes by the next
-        // `stat(".")` or `chdir("..")` from it. The file is gone, as for a handle to a deleted
-        // inode (ENOENT), not an inconsistency (EIO; fstests generic/011's dirstress).
+        // The kernel may still hold a node whose inode jext freed: a regular file removed
+        // while an `O_PATH` descriptor had it (`crate::kernel_holds` keeps only directories).
+        // The file is gone, as for a handle to a deleted inode (ENOENT), not an
+        // inconsistency (EIO).
         match to_ext4(ino).and_then(|i| self.fs.stat_live(i).map_err(errno)) {
             Ok(s) => reply.attr(&ATTR_TTL, &attr(&s)),
             Err(e) => reply.error(e),
@@ -734,7 +763,7 @@ impl Filesystem for JextFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        entry(
+        self.entry(
             reply,
             self.make(req, parent, name, New::Node { mode, rdev, umask }),
         );
@@ -750,7 +779,7 @@ impl Filesystem for JextFuse {
         reply: ReplyEntry,
     ) {
         let dir = New::plain(libc::S_IFDIR, mode, umask);
-        entry(reply, self.make(req, parent, name, dir));
+        self.entry(reply, self.make(req, parent, name, dir));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -779,7 +808,7 @@ impl Filesystem for JextFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        entry(
+        self.entry(
             reply,
             self.make(
                 req,
@@ -836,7 +865,7 @@ impl Filesystem for JextFuse {
                 .link(i, np, newname.as_bytes())
                 .map_err(|e| self.node_errno(&[i, np], e))
         });
-        entry(reply, result);
+        self.entry(reply, result);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -1024,6 +1053,14 @@ impl Filesystem for JextFuse {
                 Ok(st) => st,
                 Err(err) => return reply.error(errno(err)),
             };
+            // The kernel takes a reference for every entry but `.` and `..`.
+            let counted = !matches!(&e.name[..], b"." | b"..");
+            if counted {
+                let hold = |ino| self.fs.open_inode(ino).map(drop);
+                if let Err(err) = self.kernel_holds.referenced(&st, hold) {
+                    return reply.error(errno(err));
+                }
+            }
             let name = OsStr::from_bytes(&e.name);
             let generation = Generation(u64::from(st.generation));
             if reply.add(
@@ -1034,6 +1071,9 @@ impl Filesystem for JextFuse {
                 &entry_attr(&st),
                 generation,
             ) {
+                if counted {
+                    self.forget_node(e.ino, 1);
+                }
                 break;
             }
         }
