@@ -36,6 +36,10 @@
 //!   in place, and a remount read-only and back half-way that checkpoints everything, so
 //!   the first change of a block since then is logged as its bytes changed on the home
 //!   block; under `--torn` the checkpoint's home writes are torn).
+//! - Files made without a name (`O_TMPFILE`): `tmpfile` (N files, each written before
+//!   `linkat` names it, in turn fsync'd, left unsynced, or never named and closed, which
+//!   leaves it on the orphan list until a sync; then a named one unlinked and its
+//!   directory fsync'd).
 
 use crate::workload::{Op, Workload, WorkloadId};
 use rand::rngs::StdRng;
@@ -65,6 +69,7 @@ pub const FIXED: &[(&str, usize)] = &[
     ("joj-switch", 4),
     ("joj-inherit", 4),
     ("joj-cold", 6),
+    ("tmpfile", 6),
 ];
 
 /// Builds fixed workload `name` with size `size`.
@@ -95,6 +100,7 @@ pub fn build(name: &str, size: usize) -> Result<Workload, String> {
         "joj-switch" => joj_switch(size),
         "joj-inherit" => joj_inherit(size),
         "joj-cold" => joj_cold(size),
+        "tmpfile" => tmpfile(size),
         other => {
             let names: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
             return Err(format!(
@@ -206,6 +212,26 @@ fn rename_root_to_sub() -> Vec<Op> {
         },
         Op::Sync,
     ]
+}
+
+fn tmpfile(files: usize) -> Vec<Op> {
+    let mut ops = vec![Op::Mkdir("/t".into()), Op::Fsync("/t".into())];
+    let name = |i| format!("/t/f{i}");
+    for i in 0..files {
+        let len = 3000 + 4096 * (i as u32 % 3);
+        let made = |linked| Op::Tmpfile {
+            path: name(i),
+            len,
+            linked,
+        };
+        match i % 3 {
+            0 => ops.extend([made(true), Op::Fsync(name(i))]),
+            1 => ops.push(made(true)),
+            _ => ops.extend([made(false), Op::Sync]),
+        }
+    }
+    ops.extend([Op::Unlink(name(0)), Op::Fsync("/t".into())]);
+    ops
 }
 
 fn create_delete(files: usize) -> Vec<Op> {

@@ -203,6 +203,15 @@ impl PathView<'_> {
             .collect()
     }
 
+    /// Whether the inode `node` names existed, as the same kind, at state `s`.
+    fn existed_at(&self, node: &Node, s: usize) -> bool {
+        let Some(ino) = node.ino() else {
+            return false;
+        };
+        let then = self.rec.timeline.inode_states(ino, s, s);
+        then.iter().any(|n| n.identity() == node.identity())
+    }
+
     fn check(&self, got: &Node, unit: Option<usize>, problems: &mut Vec<String>) {
         let exists_since = self.rec.timeline.promised_state(self.i, self.at);
         let allowed = self
@@ -264,7 +273,10 @@ impl PathView<'_> {
         let unchanged = states.windows(2).all(|w| w[0] == w[1]);
         let unit = match unit {
             Some(unit) => unit,
-            None if unchanged => data.len().max(1),
+            // data=writeback promises content only as a sync left it: the file's at its
+            // promise, kept since. A file made after the promise, even one that appeared
+            // with its data (an O_TMPFILE file linked once written), was promised nothing.
+            None if unchanged && self.existed_at(got, since) => data.len().max(1),
             None => return,
         };
         for start in (0..data.len()).step_by(unit) {

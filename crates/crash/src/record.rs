@@ -433,6 +433,16 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
             let (parent, name) = parent_and_name(fs, p)?;
             fs.unlink(parent, name)
         }
+        Op::Tmpfile { path, len, linked } => {
+            let (parent, name) = parent_and_name(fs, path)?;
+            let ino = fs.create_unnamed(parent, 0o100_644, 0, 0, 0)?.ino;
+            let written = fs.write(ino, 0, &pattern(op_index, 0, *len as usize));
+            let named = written.and_then(|_| match linked {
+                true => fs.link(ino, parent, name).map(drop),
+                false => Ok(()),
+            });
+            fs.release(ino).and(named)
+        }
         Op::Rmdir(p) => {
             let (parent, name) = parent_and_name(fs, p)?;
             fs.rmdir(parent, name)

@@ -58,6 +58,14 @@ pub enum Op {
         to: String,
     },
     Unlink(String),
+    /// `open(2)` of `path`'s directory with `O_TMPFILE`, `len` bytes written, then with
+    /// `linked` `linkat` to `path`, and close: a file that appears with its data, or one
+    /// that only ever lived nameless on the orphan list.
+    Tmpfile {
+        path: String,
+        len: u32,
+        linked: bool,
+    },
     Rename {
         from: String,
         to: String,
@@ -142,6 +150,10 @@ impl Op {
             | Op::SetAcl { path: p, .. }
             | Op::JournalData { path: p, .. } => vec![p],
             Op::Link { from, to } | Op::Rename { from, to } => vec![from, to],
+            Op::Tmpfile { path, linked, .. } => match linked {
+                true => vec![path],
+                false => vec![],
+            },
             Op::Sync | Op::RemountCycle => vec![],
         }
     }
@@ -174,6 +186,10 @@ impl fmt::Display for Op {
             }
             Op::Link { from, to } => write!(f, "link {from} {to}"),
             Op::Unlink(p) => write!(f, "unlink {p}"),
+            Op::Tmpfile { path, len, linked } => match linked {
+                true => write!(f, "tmpfile {len} linked {path}"),
+                false => write!(f, "tmpfile {len} beside {path}, never linked"),
+            },
             Op::Rename { from, to } => write!(f, "rename {from} {to}"),
             Op::Rmdir(p) => write!(f, "rmdir {p}"),
             Op::Symlink { target, path } => write!(f, "symlink {target} {path}"),

@@ -309,6 +309,32 @@ impl Fs {
         )
     }
 
+    /// Makes a regular file with no name in directory `parent` (`open(2)` with
+    /// `O_TMPFILE`): mode, ACLs and group as if created there, no links, on the orphan list
+    /// until [`Fs::link`] names it. It is open once on return; the last
+    /// [`Fs::release`] of a file never named deletes it, and so does a crash.
+    pub fn create_unnamed(
+        &self,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        uid: u32,
+        gid: u32,
+    ) -> FsResult<Stat> {
+        self.with_room(false, |op| {
+            let node = NewNode {
+                mode,
+                uid,
+                gid,
+                rdev: 0,
+                symlink_target: None,
+                umask: umask & 0o7777,
+            };
+            let ino = namei::create_unnamed(op, parent, node)?;
+            stat(op.fs, ino, op.inode(ino))
+        })
+    }
+
     /// Creates a symbolic link to `target`.
     pub fn symlink(
         &self,

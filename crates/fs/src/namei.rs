@@ -145,8 +145,24 @@ pub(crate) fn create(op: &mut Op, parent: u32, name: &[u8], node: NewNode) -> Fs
         return Err(FsError::TooManyLinks(format!("directory {parent}")));
     }
     ensure_space(fs, 16, true)?;
+    let (node, acls) = inherited(fs, parent, &parent_raw, node, is_dir)?;
+    let mut tx = Tx::begin(op, NAMESPACE_CREDITS)?;
+    let r = create_in(&mut tx, (parent, room), name, kind, node, &acls);
+    tx.end(r)
+}
+
+/// What a new inode in `parent` takes from it: its mode and ACLs from the parent's default
+/// ACL (or `node`'s umask), its group (and a directory's set-group-ID) from a set-group-ID
+/// parent.
+fn inherited<'a>(
+    fs: &FsInner,
+    parent: u32,
+    parent_raw: &Inode,
+    node: NewNode<'a>,
+    is_dir: bool,
+) -> FsResult<(NewNode<'a>, NewAcls)> {
     let (mut mode, acls) = if fs.options.acl {
-        let inherited = acl::inherit(fs, parent, &parent_raw, node.mode, node.umask)?;
+        let inherited = acl::inherit(fs, parent, parent_raw, node.mode, node.umask)?;
         let acls = NewAcls {
             access: inherited.access,
             default: inherited.default,
@@ -166,15 +182,50 @@ pub(crate) fn create(op: &mut Op, parent: u32, name: &[u8], node: NewNode) -> Fs
             mode |= S_ISGID;
         }
     }
+    Ok((NewNode { mode, gid, ..node }, acls))
+}
+
+/// Makes a regular file with no name, as if created in `parent` and unlinked at once
+/// (`open(2)` with `O_TMPFILE`, ext4's `ext4_tmpfile`): it takes its mode, ACLs and group
+/// from `parent`, waits on the orphan list with no links (a crash deletes it), and
+/// `link` may give it a name. The caller holds it open; `op` then holds it.
+pub(crate) fn create_unnamed(op: &mut Op, parent: u32, node: NewNode) -> FsResult<u32> {
+    let fs = op.fs;
+    if FileKind::from_mode(node.mode) != Some(FileKind::Regular) {
+        return Err(FsError::Invalid(format!(
+            "mode {:o}: only a regular file can be made without a name",
+            node.mode
+        )));
+    }
+    op.lock(parent, Reach::First)?;
+    let parent_raw = load_dir(op, parent)?;
+    inode_guard::check_dir_add(parent, parent_raw.flags())?;
+    ensure_space(fs, 16, true)?;
+    let (node, acls) = inherited(fs, parent, &parent_raw, node, false)?;
     let mut tx = Tx::begin(op, NAMESPACE_CREDITS)?;
-    let r = create_in(
-        &mut tx,
-        (parent, room),
-        name,
-        kind,
-        NewNode { mode, gid, ..node },
-        &acls,
-    );
+    let r = (|| {
+        let ino = alloc::alloc_inode(&mut tx, parent, false)?;
+        let generation = tx.fs.next_generation.fetch_add(1, Ordering::Relaxed);
+        let parent_flags = tx.inode(parent)?.raw.flags();
+        let mut raw = new_record(
+            tx.fs,
+            node.mode,
+            node.uid,
+            node.gid,
+            generation,
+            now(),
+            parent_flags,
+        );
+        raw.set_links_count(0);
+        tx.op.lock_new(ino, raw);
+        let info = tx.inode(ino)?;
+        info.linkable = true;
+        info.open_count = 1;
+        acl::write(&mut tx, ino, AclKind::Access, acls.access.as_ref())?;
+        acl::write(&mut tx, ino, AclKind::Default, acls.default.as_ref())?;
+        orphan::add(&mut tx, ino)?;
+        Ok(ino)
+    })();
     tx.end(r)
 }
 
@@ -339,6 +390,12 @@ pub(crate) fn link(op: &mut Op, ino: u32, parent: u32, name: &[u8]) -> FsResult<
     op.lock(ino, Reach::Ascending)?;
     let info = op.inode(ino);
     inode_guard::check_unlink_or_link(ino, info.raw.flags())?;
+    let first_name = info.raw.links_count() == 0;
+    if first_name && !info.linkable {
+        return Err(FsError::NotFound(format!(
+            "inode {ino} has no name left to link to"
+        )));
+    }
     if info.raw.links_count() >= LINK_MAX {
         return Err(FsError::TooManyLinks(format!("inode {ino}")));
     }
@@ -355,6 +412,10 @@ pub(crate) fn link(op: &mut Op, ino: u32, parent: u32, name: &[u8]) -> FsResult<
             _ => 0,
         };
         dir::add(&mut tx, parent, name, ino, file_type)?;
+        if first_name {
+            orphan::remove(&mut tx, ino)?;
+            tx.inode(ino)?.linkable = false;
+        }
         let t = now();
         let info = tx.inode(ino)?;
         info.raw.set_links_count(info.raw.links_count() + 1);

@@ -106,6 +106,9 @@ pub(crate) struct InodeInfo {
     /// `raw` has changes (timestamps from writes) not yet in any transaction.
     pub dirty: bool,
     pub open_count: u32,
+    /// Made without a name (`O_TMPFILE`) and not linked since: the one inode without links
+    /// that `link` may name (Linux's `I_LINKABLE`).
+    pub linkable: bool,
     /// The last transaction that changed this inode (fsync waits for it).
     pub sync_tid: Option<Tid>,
     /// The last transaction that changed what reading the data needs: size, block map
@@ -153,6 +156,7 @@ impl InodeInfo {
             size,
             dirty: false,
             open_count: 0,
+            linkable: false,
             sync_tid: None,
             datasync_tid: None,
             reserved_pages: BTreeSet::new(),

@@ -204,6 +204,20 @@ fn is_now(t: Option<TimeOrNow>) -> bool {
     matches!(t, Some(TimeOrNow::Now))
 }
 
+/// Answers a create (named or not) with the new file, open.
+fn created(reply: ReplyCreate, made: Result<Stat, Errno>) {
+    match made {
+        Ok(s) => reply.created(
+            &ATTR_TTL,
+            &entry_attr(&s),
+            Generation(u64::from(s.generation)),
+            FileHandle(0),
+            NO_FLUSH,
+        ),
+        Err(e) => reply.error(e),
+    }
+}
+
 fn negative_attr() -> FileAttr {
     no_file_attr(INodeNo(0), (UNIX_EPOCH, None))
 }
@@ -1181,16 +1195,25 @@ impl Filesystem for JextFuse {
         let made = self
             .make(req, parent, name, file)
             .and_then(|s| self.fs.open_inode(s.ino).map_err(errno));
-        match made {
-            Ok(s) => reply.created(
-                &ATTR_TTL,
-                &entry_attr(&s),
-                Generation(u64::from(s.generation)),
-                FileHandle(0),
-                NO_FLUSH,
-            ),
-            Err(e) => reply.error(e),
-        }
+        created(reply, made);
+    }
+
+    fn tmpfile(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let made = to_ext4(parent).and_then(|p| {
+            let mode = libc::S_IFREG | (mode & 0o7777);
+            self.fs
+                .create_unnamed(p, mode, umask, req.uid(), req.gid())
+                .map_err(|e| self.node_errno(&[p], e))
+        });
+        created(reply, made);
     }
 
     fn ioctl(

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// FUSE opcodes jext can be sent (`fuse_kernel.h`), by number.
-const OPCODE_NAMES: [(u32, &str); 44] = [
+const OPCODE_NAMES: [(u32, &str); 45] = [
     (1, "lookup"),
     (2, "forget"),
     (3, "getattr"),
@@ -58,6 +58,7 @@ const OPCODE_NAMES: [(u32, &str); 44] = [
     (45, "rename2"),
     (46, "lseek"),
     (50, "syncfs"),
+    (51, "tmpfile"),
 ];
 
 /// Counters live in a table indexed by opcode; anything past it (CUSE, a newer kernel's

@@ -138,11 +138,7 @@ fn a_removed_working_directory_lives_until_the_kernel_forgets_it() {
     on_each_transport(|| {
         let s = Scratch::new("removed-cwd");
         let daemon = foreground_daemon_heard(&s, "");
-        let free_inodes = || {
-            let out = sh("stat", &["-f", "-c", "%d", p(&s.mnt())]);
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        };
-        let before = free_inodes();
+        let before = free_inodes(&s.mnt());
         let dir = s.mnt().join("d");
         // Removing `e` first drops what the kernel cached of `d`'s attributes, so `stat .`
         // and the permission check of `cd ..` ask the daemon.
@@ -156,17 +152,79 @@ fn a_removed_working_directory_lives_until_the_kernel_forgets_it() {
             said.contains("links=0") && said.contains("left=0"),
             "the removed working directory: {out:?}"
         );
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while free_inodes() != before && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        assert_eq!(
-            free_inodes(),
-            before,
-            "the directory was not deleted once left"
-        );
+        let after = free_inodes_settled(&s.mnt(), before);
+        assert_eq!(after, before, "the directory was not deleted once left");
         umount_clean_without_eio(&s, daemon);
     });
+}
+
+/// `open(2)` with `O_TMPFILE` makes a file with no name, as on ext4: `linkat` with
+/// `AT_EMPTY_PATH` names it, and one closed unnamed is gone (its inode free again). The
+/// kernel asks with FUSE_TMPFILE, which jext's fuser answers (JEXT-PATCHES item 10);
+/// without it the open failed with EOPNOTSUPP.
+#[test]
+fn an_o_tmpfile_file_is_named_by_linkat_or_gone_at_close() {
+    on_each_transport(|| {
+        let s = Scratch::new("tmpfile");
+        mount(&s, "");
+        let before = free_inodes(&s.mnt());
+        let unnamed = |mode: u32| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .mode(mode)
+                .custom_flags(libc::O_TMPFILE)
+                .open(s.mnt())
+                .expect("O_TMPFILE")
+        };
+        let kept = unnamed(0o640);
+        kept.write_all_at(b"made without a name", 0).unwrap();
+        assert_eq!(kept.metadata().unwrap().nlink(), 0);
+        let target = std::ffi::CString::new(s.mnt().join("kept").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid descriptor, an empty C string and a NUL-terminated path that
+        // outlive the call.
+        let linked = unsafe {
+            libc::linkat(
+                kept.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                target.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        };
+        assert_eq!(linked, 0, "linkat: {}", std::io::Error::last_os_error());
+        drop(kept);
+        assert_eq!(
+            fs::read(s.mnt().join("kept")).unwrap(),
+            b"made without a name"
+        );
+        let mode = fs::metadata(s.mnt().join("kept")).unwrap().mode();
+        assert_eq!(mode & 0o700, 0o600, "mode {mode:o}");
+        let gone = unnamed(0o600);
+        gone.write_all_at(&[1; 100_000], 0).unwrap();
+        drop(gone);
+        // The last close's RELEASE reaches the daemon after `close` returned.
+        let after = free_inodes_settled(&s.mnt(), before - 1);
+        assert_eq!(after, before - 1, "only the named one stays");
+        umount(&s);
+        e2fsck_clean(&s.image());
+    });
+}
+
+/// The file system's free inodes, as `df -i` shows them.
+fn free_inodes(dir: &Path) -> u64 {
+    let out = sh("stat", &["-f", "-c", "%d", p(dir)]);
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// The free inodes once they reach `expected`, or after 10 s: a deletion that follows a
+/// FORGET or a RELEASE, which the kernel sends without waiting for the daemon.
+fn free_inodes_settled(dir: &Path, expected: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while free_inodes(dir) != expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    free_inodes(dir)
 }
 
 /// The scenario: `umount` returning before the daemon's checkpoint let a new mount

@@ -862,6 +862,26 @@ pub trait Filesystem: Send + Sync + 'static {
         reply.error(Errno::ENOSYS);
     }
 
+    /// jext patch: create and open a regular file with no name in directory `parent`
+    /// (`open(2)` with `O_TMPFILE`), answered as [`create`](Self::create). The file lives
+    /// while open, and `linkat` gives it a name. The default ENOSYS makes the kernel answer
+    /// EOPNOTSUPP without asking again.
+    fn tmpfile(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        warn!(
+            "[Not Implemented] tmpfile(parent: {parent:#x?}, mode: {mode}, umask: {umask:#x?}, \
+            flags: {flags:#x?})"
+        );
+        reply.error(Errno::ENOSYS);
+    }
+
     /// Test for a POSIX file lock.
     fn getlk(
         &self,

@@ -163,6 +163,8 @@ pub(crate) enum fuse_opcode {
     FUSE_COPY_FILE_RANGE = 47,
     // jext patch: syncfs(2) reaches fuseblk servers (kernel 6.18+).
     FUSE_SYNCFS = 50,
+    // jext patch: O_TMPFILE (kernel 6.2+, protocol 7.37).
+    FUSE_TMPFILE = 51,
 
     #[cfg(target_os = "macos")]
     FUSE_SETVOLNAME = 61,

@@ -1826,6 +1826,13 @@ mod op {
                 arg: data.fetch()?,
                 name: data.fetch_str()?.as_ref(),
             }),
+            // jext patch: O_TMPFILE comes as a CREATE of a file with no name (the kernel
+            // sends its dentry's "/") and is answered as one.
+            fuse_opcode::FUSE_TMPFILE => Operation::TmpFile(Create {
+                header,
+                arg: data.fetch()?,
+                name: data.fetch_str()?.as_ref(),
+            }),
             fuse_opcode::FUSE_INTERRUPT => Operation::Interrupt(Interrupt {
                 header,
                 arg: data.fetch()?,
@@ -1945,6 +1952,8 @@ pub(crate) enum Operation<'a> {
     SetLk(SetLk<'a>),
     Access(Access<'a>),
     Create(Create<'a>),
+    // jext patch: O_TMPFILE.
+    TmpFile(Create<'a>),
     Interrupt(Interrupt<'a>),
     BMap(BMap<'a>),
     Destroy(Destroy<'a>),
@@ -2094,6 +2103,12 @@ impl fmt::Display for Operation<'_> {
                 f,
                 "CREATE name {:?}, mode {:#05o}, flags {:#x}",
                 x.name(),
+                x.mode(),
+                x.flags()
+            ),
+            Operation::TmpFile(x) => write!(
+                f,
+                "TMPFILE mode {:#05o}, flags {:#x}",
                 x.mode(),
                 x.flags()
             ),
@@ -2311,6 +2326,35 @@ mod tests {
         0xed, 0x01, 0x00, 0x00, 0xe7, 0x03, 0x00, 0x00, // umask, padding
         0x66, 0x6f, 0x6f, 0x2e, 0x74, 0x78, 0x74, 0x00, // name
     ]);
+
+    // jext patch: an O_TMPFILE request as Linux sends it (a CREATE's argument, the name "/").
+    #[cfg(target_endian = "little")]
+    const TMPFILE_REQUEST: AlignedData<[u8; 58]> = AlignedData([
+        0x3a, 0x00, 0x00, 0x00, 0x33, 0x00, 0x00, 0x00, // len, opcode
+        0x0d, 0xf0, 0xad, 0xba, 0xef, 0xbe, 0xad, 0xde, // unique
+        0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, // nodeid
+        0x0d, 0xd0, 0x01, 0xc0, 0xfe, 0xca, 0x01, 0xc0, // uid, gid
+        0x5e, 0xba, 0xde, 0xc0, 0x00, 0x00, 0x00, 0x00, // pid, padding
+        0x02, 0x00, 0x41, 0x00, 0xa4, 0x81, 0x00, 0x00, // flags (O_RDWR|O_TMPFILE), mode
+        0x12, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // umask, open_flags
+        0x2f, 0x00, // name
+    ]);
+
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn tmpfile() {
+        let req = AnyRequest::try_from(&TMPFILE_REQUEST[..]).unwrap();
+        assert_eq!(req.header.opcode, 51);
+        assert_eq!(req.nodeid(), INodeNo(0x1122_3344_5566_7788));
+        match req.operation().unwrap() {
+            Operation::TmpFile(x) => {
+                assert_eq!(x.mode(), 0o100_644);
+                assert_eq!(x.umask(), 0o022);
+                assert_eq!(x.flags(), 0x0041_0002);
+            }
+            _ => panic!("Unexpected request operation"),
+        }
+    }
 
     #[test]
     fn short_read_header() {
