@@ -36,9 +36,10 @@
 //!   in place, and a remount read-only and back half-way that checkpoints everything, so
 //!   the first change of a block since then is logged as its bytes changed on the home
 //!   block; under `--torn` the checkpoint's home writes are torn).
-//! - Files made without a name (`O_TMPFILE`): `tmpfile` (N files, each written before
-//!   `linkat` names it, in turn fsync'd, left unsynced, or never named and closed, which
-//!   leaves it on the orphan list until a sync; then a named one unlinked and its
+//! - Files made without a name (`O_TMPFILE`): `tmpfile` (N files, each written and
+//!   fsync'd nameless before `linkat` names it, then in turn fsync'd, left unsynced, or
+//!   never named and closed, which deletes it; its number then goes at once to a new
+//!   file whose fsync would be a fast commit; at the end a named one is unlinked and its
 //!   directory fsync'd).
 
 use crate::workload::{Op, Workload, WorkloadId};
@@ -227,7 +228,11 @@ fn tmpfile(files: usize) -> Vec<Op> {
         match i % 3 {
             0 => ops.extend([made(true), Op::Fsync(name(i))]),
             1 => ops.push(made(true)),
-            _ => ops.extend([made(false), Op::Sync]),
+            _ => {
+                let reuse = format!("/t/n{i}");
+                ops.extend([made(false), Op::Creat(reuse.clone())]);
+                ops.extend([write(&reuse, 0, 5000), Op::Fsync(reuse)]);
+            }
         }
     }
     ops.extend([Op::Unlink(name(0)), Op::Fsync("/t".into())]);

@@ -437,7 +437,8 @@ pub fn apply(fs: &Fs, op: &Op, op_index: usize) -> FsResult<()> {
             let (parent, name) = parent_and_name(fs, path)?;
             let ino = fs.create_unnamed(parent, 0o100_644, 0, 0, 0)?.ino;
             let written = fs.write(ino, 0, &pattern(op_index, 0, *len as usize));
-            let named = written.and_then(|_| match linked {
+            let synced = written.and_then(|_| fs.fsync(ino, false));
+            let named = synced.and_then(|_| match linked {
                 true => fs.link(ino, parent, name).map(drop),
                 false => Ok(()),
             });

@@ -58,9 +58,10 @@ pub enum Op {
         to: String,
     },
     Unlink(String),
-    /// `open(2)` of `path`'s directory with `O_TMPFILE`, `len` bytes written, then with
-    /// `linked` `linkat` to `path`, and close: a file that appears with its data, or one
-    /// that only ever lived nameless on the orphan list.
+    /// `open(2)` of `path`'s directory with `O_TMPFILE`, `len` bytes written, an fsync
+    /// of the nameless file (durable on the orphan list), then with `linked` `linkat` to
+    /// `path` (off the list), and close (which deletes a file never linked): a file that
+    /// appears with its data, or one that only ever lived nameless.
     Tmpfile {
         path: String,
         len: u32,

@@ -24,7 +24,7 @@ use crate::state::FsInner;
 use crate::tx::Tx;
 use crate::types::ROOT_INO;
 use jext_journal::{tid_gt, Tid};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Group locks, shared by groups with the same number modulo this (a thread holds one
@@ -158,6 +158,13 @@ pub(crate) struct PendingFrees {
     /// No run in `runs` was freed by a transaction older than this (a bound: merges move
     /// runs to newer ones), so before it commits a prune has nothing to do.
     oldest_tid: Option<Tid>,
+    /// Inode numbers freed by transactions not durable, with the freeing transaction:
+    /// until it is, the number's record on disk may still be the old inode's (on the
+    /// orphan list, with its link there), and a fast commit of a new file given the
+    /// number would replay over it. Linux's `recently_deleted` keeps numbers back too.
+    inodes: HashMap<u32, Tid>,
+    /// No entry of `inodes` is older than this (`None`: empty).
+    oldest_inode_tid: Option<Tid>,
 }
 
 impl PendingFrees {
@@ -167,9 +174,22 @@ impl PendingFrees {
         self.total
     }
 
-    /// Forgets the runs whose transaction has committed. Walks the runs only when the
-    /// oldest may have committed, so about once per commit.
+    /// Keeps inode `ino` from being handed out until transaction `tid` has committed.
+    pub fn hold_inode(&mut self, ino: u32, tid: Tid) {
+        self.inodes.insert(ino, tid);
+        self.oldest_inode_tid = Some(older(self.oldest_inode_tid, tid));
+    }
+
+    /// Whether inode `ino` was freed by a transaction not yet committed (call after
+    /// a prune).
+    fn inode_pending(&self, ino: u32) -> bool {
+        self.inodes.contains_key(&ino)
+    }
+
+    /// Forgets the runs and inodes whose transaction has committed. Walks them only when
+    /// the oldest may have committed, so about once per commit.
     fn prune(&mut self, committed: Tid) {
+        self.prune_inodes(committed);
         match self.oldest_tid {
             Some(oldest) if !tid_gt(oldest, committed) => {}
             _ => return,
@@ -185,6 +205,22 @@ impl PendingFrees {
         });
         self.total = total;
         self.oldest_tid = oldest;
+    }
+
+    fn prune_inodes(&mut self, committed: Tid) {
+        match self.oldest_inode_tid {
+            Some(oldest) if !tid_gt(oldest, committed) => {}
+            _ => return,
+        }
+        let mut oldest = None;
+        self.inodes.retain(|_, &mut tid| {
+            let keep = tid_gt(tid, committed);
+            if keep {
+                oldest = Some(older(oldest, tid));
+            }
+            keep
+        });
+        self.oldest_inode_tid = oldest;
     }
 
     /// Keeps blocks `[start, start + count)` from being handed out until transaction `tid`
@@ -620,7 +656,20 @@ fn inode_groups(tx: &Tx, parent: u32, is_dir: bool) -> FsResult<Vec<u32>> {
 }
 
 /// Allocates an inode number for a new inode whose parent directory is `parent`.
+///
+/// A number freed by a transaction not yet durable is taken only when no other is free
+/// (`PendingFrees::inodes`): a new file with the number could not go as a fast commit
+/// until then (`FcState::orphan_changes`), and the file system must not run out of inodes
+/// a commit away from having them.
 pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u32> {
+    match alloc_inode_from(tx, parent, is_dir, true) {
+        Err(FsError::NoSpace(_)) => alloc_inode_from(tx, parent, is_dir, false),
+        found => found,
+    }
+}
+
+/// [`alloc_inode`]'s search; with `settled_only`, passing over pending numbers.
+fn alloc_inode_from(tx: &mut Tx, parent: u32, is_dir: bool, settled_only: bool) -> FsResult<u32> {
     let fs = tx.fs;
     for group in inode_groups(tx, parent, is_dir)? {
         if fs.alloc.inode_group_seen_full(group) {
@@ -640,14 +689,8 @@ pub(crate) fn alloc_inode(tx: &mut Tx, parent: u32, is_dir: bool) -> FsResult<u3
             init_block_bitmap(tx, group, &mut desc)?;
         }
         let ipg = tx.fs.geo.inodes_per_group;
-        let Some(bit) = tx
-            .buffer(desc.inode_bitmap)?
-            .read(|b| bitmap::find_clear(b, 0, ipg))
-        else {
-            return Err(FsError::Inconsistent(format!(
-                "group {group} counts {} free inodes but its bitmap has none",
-                desc.free_inodes
-            )));
+        let Some(bit) = free_inode_bit(tx, group, &desc, settled_only)? else {
+            continue;
         };
         let seed = tx.fs.csum_seed;
         let csum = tx.modify(desc.inode_bitmap, |b| {
@@ -705,6 +748,36 @@ pub(crate) fn inode_in_use(fs: &FsInner, ino: u32) -> FsResult<bool> {
 }
 
 /// Frees inode number `ino`.
+/// The first bit of `group`'s inode bitmap that is clear and, with `settled_only`, whose
+/// number no transaction not yet committed freed (`PendingFrees::inodes`); `None` if every
+/// free one is pending.
+fn free_inode_bit(
+    tx: &mut Tx,
+    group: u32,
+    desc: &GroupDesc,
+    settled_only: bool,
+) -> FsResult<Option<u32>> {
+    let ipg = tx.fs.geo.inodes_per_group;
+    let committed = tx.fs.journal.committed_tid();
+    let bitmap = tx.buffer(desc.inode_bitmap)?;
+    let mut pending = tx.fs.alloc.pending.lock();
+    pending.prune(committed);
+    let mut from = 0;
+    while let Some(bit) = bitmap.read(|b| bitmap::find_clear(b, from, ipg)) {
+        if !settled_only || !pending.inode_pending(group * ipg + bit + 1) {
+            return Ok(Some(bit));
+        }
+        from = bit + 1;
+    }
+    if !settled_only || pending.inodes.is_empty() {
+        return Err(FsError::Inconsistent(format!(
+            "group {group} counts {} free inodes but its bitmap has none",
+            desc.free_inodes
+        )));
+    }
+    Ok(None)
+}
+
 pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
     let (group, bit) = tx.fs.geo.inode_position(ino);
     let fs = tx.fs;
@@ -729,6 +802,7 @@ pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
     }
     desc.free_inodes += 1;
     fs.alloc.saw_free_inodes(&locked, group, desc.free_inodes);
+    fs.alloc.pending.lock().hold_inode(ino, tx.tid());
     if was_dir {
         desc.used_dirs = desc.used_dirs.saturating_sub(1);
     }

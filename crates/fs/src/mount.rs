@@ -480,7 +480,11 @@ pub(crate) fn unmount(fs: &FsInner) -> FsResult<()> {
         write_back_data_at_once(fs);
         let error = {
             let mut op = Op::exclusive(fs);
-            delete_orphans_still_held(&mut op)?;
+            // The orphan list keeps what this could not delete, for the next mount: the
+            // unmount itself goes on.
+            if let Err(e) = delete_orphans_still_held(&mut op) {
+                eprintln!("jext: unmount left unlinked inodes on the orphan list: {e}");
+            }
             write_back_everything(&mut op)?
         };
         fs.journal.shutdown()?;

@@ -315,14 +315,15 @@ fn the_kernel_recovers_jext_crash_images() {
     }
 }
 
-/// Fast-commit replay that deletes an inode takes it off the on-disk orphan list. A file
-/// unlinked while open is an orphan in a full commit; after its last close its number
-/// goes to a new file, which a fast commit creates and a directory fsync's fast commit
-/// unlinks (SQLite's rollback journal, under `kill -9` of the daemon). Replay deletes the
-/// number again while the list still names it: the list must not be left naming it, or
-/// the mount finds a deletion time where the next orphan should be.
+/// An inode number freed by a transaction that is not durable is not handed out again
+/// until it is: the number's record on disk may still be the old inode on the orphan
+/// list, and a new file's fast commit would replay over it (Linux takes `i_dtime`, the
+/// list's next link, from the fast commit and loses the orphans after it). Once the
+/// deletion is durable the number goes to a new file, which a fast commit creates and a
+/// directory fsync's fast commit unlinks (SQLite's rollback journal, under `kill -9` of
+/// the daemon); replay deletes it and the orphan list is left right.
 #[test]
-fn replay_takes_an_inode_it_deletes_off_the_orphan_list() {
+fn an_inode_number_is_reused_only_once_its_deletion_is_durable() {
     let scratch = Scratch::new("replay-orphan");
     let dev = image(64 << 20);
     let options = MountOptions {
@@ -335,14 +336,17 @@ fn replay_takes_an_inode_it_deletes_off_the_orphan_list() {
     first.write_at(0, &[1; 3000]).unwrap();
     fs.unlink(root, b"journal").unwrap();
     fs.sync().unwrap();
-    let reused = first.ino();
+    let freed = first.ino();
     drop(first);
-    let second = fs.create_file("/journal", 0o644).unwrap();
-    assert_eq!(
-        second.ino(),
-        reused,
-        "the scenario needs the orphan's number handed out again"
+    let early = fs.create_file("/early", 0o644).unwrap();
+    assert_ne!(
+        early.ino(),
+        freed,
+        "a number freed by a transaction not yet durable was handed out"
     );
+    fs.sync().unwrap();
+    let second = fs.create_file("/journal", 0o644).unwrap();
+    assert_eq!(second.ino(), freed, "the durable free is handed out again");
     // More than a small append, which would journal its data and commit in full
     // (`sync_journaling`): this fsync must go as a fast commit.
     second.write_at(0, &vec![2; 17 * 4096]).unwrap();
@@ -356,6 +360,7 @@ fn replay_takes_an_inode_it_deletes_off_the_orphan_list() {
         fs.fast_commit_stats()
     );
     let crashed = Arc::new(dev.crash());
+    drop(early);
     drop(fs);
     let fs =
         Fs::open(crashed.clone(), options).unwrap_or_else(|e| panic!("mount after the crash: {e}"));

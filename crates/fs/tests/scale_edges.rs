@@ -310,6 +310,8 @@ fn an_inode_freed_in_a_full_group_is_used_again() {
     let freed = inos[50];
     assert!(in_first_group(freed) && !in_first_group(inos[299]));
     fs.unlink(root, b"f50").unwrap();
+    // A number is handed out again only once its deletion is durable.
+    fs.sync().unwrap();
     let again = fs.create(root, b"again", 0o644, 0, 0).unwrap().ino;
     assert_eq!(
         again, freed,

@@ -13,10 +13,13 @@
 //! DESTROY before the kernel drops its inodes), or by the next mount's orphan pass after a
 //! crash.
 //!
-//! Only directories. A removed regular file the kernel holds without having it open (an
-//! `O_PATH` descriptor, an inotify watch) is still deleted at once: `rm` must free a file's
-//! blocks before it returns, not at the FORGET that follows on another request thread,
-//! which a `df` or a write sent right after could overtake.
+//! Directories, and files made without a name (`O_TMPFILE`, which come with no links):
+//! such a file closed while an `O_PATH` descriptor still has it can be named by `linkat`
+//! as on ext4, and its number cannot go to another file meanwhile (the kernel would link
+//! that one). A removed regular file that had a name, held by the kernel without being
+//! open (an `O_PATH` descriptor, an inotify watch), is still deleted at once: `rm` must
+//! free a file's blocks before it returns, not at the FORGET that follows on another
+//! request thread, which a `df` or a write sent right after could overtake.
 //!
 //! Promises: the library holds a directory exactly while its count is above 0, and each
 //! hold is let go once; a count never goes below 0 (a FORGET for a node this table never
@@ -36,14 +39,20 @@ pub(crate) struct KernelHolds {
 
 impl KernelHolds {
     /// The kernel got `node` in a reply: one more reference if it is a directory (the
-    /// root is held by the mount itself). `hold` runs, under the table's lock, when this
-    /// is the kernel's first reference; if it fails, the reference is not counted.
+    /// root is held by the mount itself) or a file without links (made by `O_TMPFILE`).
+    /// `hold` runs, under the table's lock, when this is the kernel's first reference; if
+    /// it fails, the reference is not counted.
     pub(crate) fn referenced<E>(
         &self,
         node: &Stat,
         hold: impl FnOnce(Ino) -> Result<(), E>,
     ) -> Result<(), E> {
-        if node.kind != FileKind::Directory || node.ino == ROOT_INO {
+        let held = match node.kind {
+            FileKind::Directory => node.ino != ROOT_INO,
+            FileKind::Regular => node.nlink == 0,
+            _ => false,
+        };
+        if !held {
             return Ok(());
         }
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
@@ -138,6 +147,18 @@ mod tests {
             .unwrap();
         assert_eq!(holds.count(13), 0);
         assert!(!holds.forgotten(13, 1), "a file's forget is ignored");
+    }
+
+    #[test]
+    fn a_file_without_links_is_counted() {
+        let holds = KernelHolds::default();
+        let unnamed = Stat {
+            nlink: 0,
+            ..node(16, FileKind::Regular)
+        };
+        holds.referenced(&unnamed, |_| Ok::<(), ()>(())).unwrap();
+        assert_eq!(holds.count(16), 1);
+        assert!(holds.forgotten(16, 1));
     }
 
     #[test]

@@ -1062,18 +1062,27 @@ impl Filesystem for JextFuse {
             Ok(entries) => entries,
             Err(e) => return reply.error(e),
         };
+        // The kernel takes a reference for every entry but `.` and `..`, and none for a
+        // reply that fails: those counted are given back then.
+        let mut counted = Vec::new();
+        let fail = |counted: Vec<Ino>, reply: ReplyDirectoryPlus, node: Ino, err: FsError| {
+            for given in counted {
+                self.forget_node(given, 1);
+            }
+            reply.error(self.node_errno(&[node], err));
+        };
         for e in entries {
             let st = match self.fs.stat(e.ino) {
                 Ok(st) => st,
-                Err(err) => return reply.error(errno(err)),
+                Err(err) => return fail(counted, reply, e.ino, err),
             };
-            // The kernel takes a reference for every entry but `.` and `..`.
-            let counted = !matches!(&e.name[..], b"." | b"..");
-            if counted {
+            let counts = !matches!(&e.name[..], b"." | b"..");
+            if counts {
                 let hold = |ino| self.fs.open_inode(ino).map(drop);
                 if let Err(err) = self.kernel_holds.referenced(&st, hold) {
-                    return reply.error(errno(err));
+                    return fail(counted, reply, e.ino, err);
                 }
+                counted.push(e.ino);
             }
             let name = OsStr::from_bytes(&e.name);
             let generation = Generation(u64::from(st.generation));
@@ -1085,7 +1094,7 @@ impl Filesystem for JextFuse {
                 &entry_attr(&st),
                 generation,
             ) {
-                if counted {
+                if counts {
                     self.forget_node(e.ino, 1);
                 }
                 break;
@@ -1213,7 +1222,18 @@ impl Filesystem for JextFuse {
                 .create_unnamed(p, mode, umask, req.uid(), req.gid())
                 .map_err(|e| self.node_errno(&[p], e))
         });
-        created(reply, made);
+        // Held until the kernel forgets it, not only while open (`crate::kernel_holds`).
+        let held = made.and_then(|s| {
+            let hold = |ino| self.fs.open_inode(ino).map(drop);
+            match self.kernel_holds.referenced(&s, hold) {
+                Ok(()) => Ok(s),
+                Err(e) => {
+                    let _ = self.fs.release(s.ino);
+                    Err(errno(e))
+                }
+            }
+        });
+        created(reply, held);
     }
 
     fn ioctl(

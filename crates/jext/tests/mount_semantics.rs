@@ -200,12 +200,46 @@ fn an_o_tmpfile_file_is_named_by_linkat_or_gone_at_close() {
         );
         let mode = fs::metadata(s.mnt().join("kept")).unwrap().mode();
         assert_eq!(mode & 0o700, 0o600, "mode {mode:o}");
+        // Closed while an O_PATH descriptor still has it: it lives on, and `linkat`
+        // through the descriptor names it, as on ext4.
+        let late = unnamed(0o600);
+        late.write_all_at(b"named after its close", 0).unwrap();
+        let fd_path = format!("/proc/self/fd/{}", late.as_raw_fd());
+        let path_only = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(&fd_path)
+            .unwrap();
+        drop(late);
+        let from = std::ffi::CString::new(format!("/proc/self/fd/{}", path_only.as_raw_fd()));
+        let to = std::ffi::CString::new(s.mnt().join("late").as_os_str().as_bytes()).unwrap();
+        // SAFETY: NUL-terminated paths that outlive the call.
+        let linked = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                from.unwrap().as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        assert_eq!(
+            linked,
+            0,
+            "linkat after close: {}",
+            std::io::Error::last_os_error()
+        );
+        drop(path_only);
+        assert_eq!(
+            fs::read(s.mnt().join("late")).unwrap(),
+            b"named after its close"
+        );
         let gone = unnamed(0o600);
         gone.write_all_at(&[1; 100_000], 0).unwrap();
         drop(gone);
         // The last close's RELEASE reaches the daemon after `close` returned.
-        let after = free_inodes_settled(&s.mnt(), before - 1);
-        assert_eq!(after, before - 1, "only the named one stays");
+        let after = free_inodes_settled(&s.mnt(), before - 2);
+        assert_eq!(after, before - 2, "only the named ones stay");
         umount(&s);
         e2fsck_clean(&s.image());
     });

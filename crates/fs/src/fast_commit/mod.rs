@@ -300,10 +300,14 @@ impl FcState {
         self.new_names.get(ino, durable)
     }
 
-    /// Forgets a deleted inode (its number may be reused, by a file elsewhere).
+    /// Forgets a deleted inode (its number may be reused, by a file elsewhere, though the
+    /// allocator avoids that until the deletion is durable). Not its orphan-list change:
+    /// until that is durable, the number's record on disk may still sit on the orphan
+    /// list, and a fast commit of a new file with the number would replay over it (Linux
+    /// takes the record's `i_dtime`, the list's next link, from the fast commit and loses
+    /// the orphans after it).
     pub fn forget_inode(&mut self, ino: u32) {
         self.new_names.forget(ino);
-        self.orphan_changes.remove(&ino);
         self.carried.remove(&ino);
     }
 
