@@ -747,7 +747,6 @@ pub(crate) fn inode_in_use(fs: &FsInner, ino: u32) -> FsResult<bool> {
         .read(|b| bitmap::test_bit(b, bit)))
 }
 
-/// Frees inode number `ino`.
 /// The first bit of `group`'s inode bitmap that is clear and, with `settled_only`, whose
 /// number no transaction not yet committed freed (`PendingFrees::inodes`); `None` if every
 /// free one is pending.
@@ -778,6 +777,8 @@ fn free_inode_bit(
     Ok(None)
 }
 
+/// Frees inode number `ino`; the number is handed out again last until the transaction
+/// is durable (`PendingFrees::inodes`).
 pub(crate) fn free_inode(tx: &mut Tx, ino: u32, was_dir: bool) -> FsResult<()> {
     let (group, bit) = tx.fs.geo.inode_position(ino);
     let fs = tx.fs;

@@ -329,8 +329,7 @@ impl JextFuse {
     /// holds the node from then on (`crate::kernel_holds`).
     fn entry(&self, reply: ReplyEntry, result: Result<Stat, Errno>) {
         let held = result.and_then(|s| {
-            let hold = |ino| self.fs.open_inode(ino).map(drop);
-            let held = self.kernel_holds.referenced(&s, hold);
+            let held = self.referenced(&s);
             let ino = s.ino;
             held.map(|()| s).map_err(|e| self.node_errno(&[ino], e))
         });
@@ -342,6 +341,13 @@ impl JextFuse {
             ),
             Err(e) => reply.error(e),
         }
+    }
+
+    /// The kernel got `node` in a reply: counted, and held open from its first reference
+    /// if it is one the kernel holds alive (`crate::kernel_holds`).
+    fn referenced(&self, node: &Stat) -> Result<(), FsError> {
+        let hold = |ino| self.fs.open_inode(ino).map(drop);
+        self.kernel_holds.referenced(node, hold)
     }
 
     /// The kernel dropped `references` of node `ino`. Letting go of the last deletes a
@@ -1078,8 +1084,7 @@ impl Filesystem for JextFuse {
             };
             let counts = !matches!(&e.name[..], b"." | b"..");
             if counts {
-                let hold = |ino| self.fs.open_inode(ino).map(drop);
-                if let Err(err) = self.kernel_holds.referenced(&st, hold) {
+                if let Err(err) = self.referenced(&st) {
                     return fail(counted, reply, e.ino, err);
                 }
                 counted.push(e.ino);
@@ -1223,14 +1228,11 @@ impl Filesystem for JextFuse {
                 .map_err(|e| self.node_errno(&[p], e))
         });
         // Held until the kernel forgets it, not only while open (`crate::kernel_holds`).
-        let held = made.and_then(|s| {
-            let hold = |ino| self.fs.open_inode(ino).map(drop);
-            match self.kernel_holds.referenced(&s, hold) {
-                Ok(()) => Ok(s),
-                Err(e) => {
-                    let _ = self.fs.release(s.ino);
-                    Err(errno(e))
-                }
+        let held = made.and_then(|s| match self.referenced(&s) {
+            Ok(()) => Ok(s),
+            Err(e) => {
+                let _ = self.fs.release(s.ino);
+                Err(errno(e))
             }
         });
         created(reply, held);
