@@ -69,8 +69,12 @@ const BACKGROUND_IN_FLIGHT_FSYNC: usize = 1;
 /// device streaming; a sync write arriving then finds at most this many ahead of it once.
 const BACKGROUND_IN_FLIGHT_IDLE: usize = 8;
 
-/// How long after a sync write or a flush the device counts as busy with sync IO.
-const SYNC_ACTIVE: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long after a sync write or a flush the device counts as busy with sync IO. Longer
+/// than the gaps of a program that syncs every so often: at 100 ms, iJournaling's tester
+/// (80 KiB, 100 ms pause, fsync) found up to eight 1 MiB background commands ahead of its
+/// write each time, whose wait made its slow fsyncs beside a writer
+/// (bench/results/2026-11-28-fsync-tail-paper).
+const SYNC_ACTIVE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One issued write.
 pub(crate) struct Request {

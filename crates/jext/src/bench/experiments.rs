@@ -203,7 +203,19 @@ fn append_and_fsync(
     Ok(())
 }
 
-/// The background writer of `fsync-tail`: 1 MiB buffered writes, no sync, cycling through a
+/// The background writer of `fsync-tail`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackgroundWriter {
+    /// The tester runs alone.
+    None,
+    /// Held to this many MiB/s.
+    Paced(u64),
+    /// As fast as the system under test takes it (the paper's Fig. 7 up to the device's
+    /// maximum).
+    Unpaced,
+}
+
+/// The background writer's writes: 1 MiB buffered writes, no sync, cycling through a
 /// window (so the image need not grow with the run), in a region of its own on raw systems.
 const BACKGROUND_CHUNK: usize = 1 << 20;
 const BACKGROUND_WINDOW_BYTES: u64 = 768 << 20;
@@ -237,28 +249,32 @@ impl Pacer {
     }
 }
 
-/// `fsync-tail` (iJournaling Fig. 6/7): `count` times, append 80 KiB to a file and fsync it;
-/// each sample is the fsync alone. With `background_mib_per_s`, another thread meanwhile
-/// writes a large file through the cache at that rate, and stops when the tester is done.
-pub fn fsync_tail(
-    sys: &Running,
-    count: usize,
-    background_mib_per_s: Option<u64>,
-) -> io::Result<Measured> {
+/// The fsync tester's pause between its write and its fsync (iJournaling §6.2: "write 80 KB,
+/// sleep 0.1 s, fsync").
+const TESTER_PAUSE: Duration = Duration::from_millis(100);
+
+/// `fsync-tail` (iJournaling Fig. 6/7), as the paper ran it: for `seconds`, append 80 KiB to a
+/// file, pause 100 ms, fsync it; each sample is the fsync alone. With `background_mib_per_s`,
+/// another thread meanwhile writes a large file through the cache at that rate, and stops
+/// when the tester is done. The run must outlast the kernel's dirty expiry (30 s by default):
+/// until then Linux keeps the writer's data in its page cache, so a compound transaction has
+/// none of it to wait for and ext4's tail does not show what the paper measured.
+pub fn fsync_tail(sys: &Running, seconds: u64, writer: BackgroundWriter) -> io::Result<Measured> {
     let tester = sys.create("tail", 0)?;
-    let background = match background_mib_per_s {
-        Some(rate) => Some((
+    let background = match writer {
+        BackgroundWriter::None => None,
+        BackgroundWriter::Paced(rate) => Some((
             sys.create("background", BACKGROUND_REGION)?,
-            Pacer::new(rate),
+            Some(Pacer::new(rate)),
         )),
-        None => None,
+        BackgroundWriter::Unpaced => Some((sys.create("background", BACKGROUND_REGION)?, None)),
     };
     let stop = &AtomicBool::new(false);
     let ((latencies_ns, achieved), io) = counted(sys, || {
         thread::scope(|scope| {
             let writer = background
                 .map(|(file, pacer)| scope.spawn(move || background_writer(file, pacer, stop)));
-            let latencies_ns = timed_appends(tester, count);
+            let latencies_ns = timed_appends(tester, Duration::from_secs(seconds));
             // The writer must stop whether or not the tester succeeded.
             stop.store(true, Ordering::Relaxed);
             let achieved = writer
@@ -274,29 +290,39 @@ pub fn fsync_tail(
     })
 }
 
-fn timed_appends(mut file: BenchFile, count: usize) -> io::Result<Vec<u64>> {
+fn timed_appends(mut file: BenchFile, run_for: Duration) -> io::Result<Vec<u64>> {
     const APPEND: usize = 80 << 10;
     let data = pattern(APPEND, 5);
-    let mut latencies_ns = Vec::with_capacity(count);
-    for i in 0..count {
+    let mut latencies_ns = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < run_for {
         check_interrupt()?;
-        file.write_at((i * APPEND) as u64, &data)?;
-        let start = Instant::now();
+        let offset = (latencies_ns.len() * APPEND) as u64;
+        file.write_at(offset, &data)?;
+        thread::sleep(TESTER_PAUSE);
+        let fsync_start = Instant::now();
         file.sync(false)?;
-        latencies_ns.push(start.elapsed().as_nanos() as u64);
+        latencies_ns.push(fsync_start.elapsed().as_nanos() as u64);
     }
     Ok(latencies_ns)
 }
 
-/// Writes until `stop`; returns the MiB/s it achieved.
-fn background_writer(mut file: BenchFile, pacer: Pacer, stop: &AtomicBool) -> io::Result<f64> {
+/// Writes until `stop`, held to the pacer's rate if there is one; returns the MiB/s it
+/// achieved.
+fn background_writer(
+    mut file: BenchFile,
+    pacer: Option<Pacer>,
+    stop: &AtomicBool,
+) -> io::Result<f64> {
     let chunk = pattern(BACKGROUND_CHUNK, 6);
     let start = Instant::now();
     let mut written = 0u64;
     while !stop.load(Ordering::Relaxed) && !interrupted() {
         file.write_at(written % BACKGROUND_WINDOW_BYTES, &chunk)?;
         written += BACKGROUND_CHUNK as u64;
-        thread::sleep(pacer.pause(written, start.elapsed()));
+        if let Some(pacer) = pacer {
+            thread::sleep(pacer.pause(written, start.elapsed()));
+        }
     }
     Ok(written as f64 / f64::from(1 << 20) / start.elapsed().as_secs_f64())
 }

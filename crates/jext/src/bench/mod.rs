@@ -15,7 +15,9 @@ pub mod scale;
 pub mod stats;
 pub mod systems;
 
-use experiments::{After, Measured, OrderMode, Placement, SqliteCase, SqliteJournal, SqlitePhase};
+use experiments::{
+    After, BackgroundWriter, Measured, OrderMode, Placement, SqliteCase, SqliteJournal, SqlitePhase,
+};
 use jext::{CommitMode, DataMode, SmallSyncs};
 use jext_device::Preset;
 use jext_io::EngineKind;
@@ -116,9 +118,9 @@ impl Experiment {
                 .map(Variant::Threads)
                 .collect(),
             Experiment::FsyncTail => opts
-                .tail_background_mib_per_s
+                .tail_writers
                 .iter()
-                .map(|&rate| Variant::Background(rate))
+                .map(|&writer| Variant::Background(writer))
                 .collect(),
             Experiment::OrderedWrite => {
                 let afters = [After::Nothing, After::Fdatasync, After::Fdatabarrier];
@@ -208,8 +210,8 @@ pub enum Variant {
     Only,
     /// `dwsl`: this many threads.
     Threads(usize),
-    /// `fsync-tail`: a background writer held to this many MiB/s, or none.
-    Background(Option<u64>),
+    /// `fsync-tail`: beside this background writer.
+    Background(BackgroundWriter),
     /// `ordered-write`, `io-per-fsync`: 4 KiB writes placed so, each followed by that.
     Writes(Placement, After),
     /// `sqlite`: this journal mode, this kind and size of transaction.
@@ -225,8 +227,9 @@ impl Variant {
             Variant::Only => String::new(),
             Variant::Threads(1) => "1 thread".into(),
             Variant::Threads(n) => format!("{n} threads"),
-            Variant::Background(None) => "alone".into(),
-            Variant::Background(Some(rate)) => format!("{rate} MiB/s writer"),
+            Variant::Background(BackgroundWriter::None) => "alone".into(),
+            Variant::Background(BackgroundWriter::Paced(rate)) => format!("{rate} MiB/s writer"),
+            Variant::Background(BackgroundWriter::Unpaced) => "unpaced writer".into(),
             Variant::Writes(placement, after) => {
                 let placement = match placement {
                     Placement::Append => "append",
@@ -277,10 +280,11 @@ pub struct BenchOptions {
     pub dwsl_max_threads: usize,
     /// Appends + fsyncs each `dwsl` thread does.
     pub dwsl_ops_per_thread: usize,
-    /// fsyncs of the `fsync-tail` tester.
-    pub tail_count: usize,
-    /// The `fsync-tail` background writer's rates (`None`: the tester alone).
-    pub tail_background_mib_per_s: Vec<Option<u64>>,
+    /// Seconds the `fsync-tail` tester runs (beyond the kernel's 30 s dirty expiry, or
+    /// Linux never writes the background writer's data back during the run).
+    pub tail_seconds: u64,
+    /// The `fsync-tail` background writers, each a variant.
+    pub tail_writers: Vec<BackgroundWriter>,
     /// Rows each `sqlite` phase inserts, updates or deletes (the paper: 10,000).
     pub sqlite_rows: usize,
     /// Rows per `sqlite` transaction, each a variant (the paper: 1 and 1,000).
@@ -306,8 +310,14 @@ impl BenchOptions {
             fsync_count: 2000,
             dwsl_max_threads: 8,
             dwsl_ops_per_thread: 300,
-            tail_count: 1000,
-            tail_background_mib_per_s: vec![None, Some(50), Some(100), Some(200)],
+            tail_seconds: 60,
+            tail_writers: vec![
+                BackgroundWriter::None,
+                BackgroundWriter::Paced(50),
+                BackgroundWriter::Paced(100),
+                BackgroundWriter::Paced(200),
+                BackgroundWriter::Unpaced,
+            ],
             sqlite_rows: 10_000,
             sqlite_rows_per_transaction: vec![1, 1000],
             sqlite_journals: SqliteJournal::ALL.to_vec(),
@@ -327,8 +337,8 @@ impl BenchOptions {
             fsync_count: 300,
             dwsl_max_threads: 8,
             dwsl_ops_per_thread: 50,
-            tail_count: 200,
-            tail_background_mib_per_s: vec![None, Some(100)],
+            tail_seconds: 40,
+            tail_writers: vec![BackgroundWriter::None, BackgroundWriter::Paced(100)],
             sqlite_rows: QUICK_SQLITE_ROWS,
             sqlite_rows_per_transaction: vec![1, QUICK_SQLITE_ROWS / 10],
             sqlite_journals: SqliteJournal::ALL.to_vec(),
@@ -506,14 +516,7 @@ pub fn systems(root: bool) -> Vec<System> {
     let modes = [DataMode::Ordered, DataMode::Journal, DataMode::Writeback];
     let mut all = vec![
         System::RawFile,
-        System::Jext {
-            mode: DataMode::Ordered,
-            backing: Backing::File,
-            fast_commit: true,
-            commit: CommitMode::SingleIo,
-            records: jext_journal::RecordMode::Bytes,
-            small_syncs: SmallSyncs::Journal,
-        },
+        System::jext(DataMode::Ordered, Backing::File),
     ];
     if root {
         all.push(System::RawLoop);
@@ -736,8 +739,8 @@ fn run_one(
         (Experiment::Dwsl, Variant::Threads(n)) => {
             experiments::dwsl(&running, n, ops(opts.dwsl_ops_per_thread))?
         }
-        (Experiment::FsyncTail, Variant::Background(rate)) => {
-            experiments::fsync_tail(&running, opts.tail_count, rate)?
+        (Experiment::FsyncTail, Variant::Background(writer)) => {
+            experiments::fsync_tail(&running, opts.tail_seconds, writer)?
         }
         (Experiment::OrderedWrite | Experiment::IoPerFsync, Variant::Writes(placement, after)) => {
             experiments::synced_writes(&running, placement, after, ops(opts.fsync_count))?
@@ -858,6 +861,35 @@ mod tests {
     }
 
     #[test]
+    fn the_fsync_tester_pauses_between_fsyncs_beside_an_unpaced_writer() {
+        let parent = std::env::temp_dir().join(format!("jext-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&parent).unwrap();
+        let mut opts = BenchOptions::quick(vec![Experiment::FsyncTail], parent.clone());
+        opts.tail_seconds = 1;
+        opts.tail_writers = vec![BackgroundWriter::Unpaced];
+        opts.systems = vec![System::jext(DataMode::Ordered, Backing::File)];
+        let samples = run(&opts, &Heard::default()).unwrap();
+        std::fs::remove_dir_all(&parent).unwrap();
+
+        assert_eq!(samples.len(), 1);
+        let Ok(Measured::Latency {
+            latencies_ns,
+            background_mib_per_s,
+            ..
+        }) = &samples[0].outcome
+        else {
+            panic!("{:?}", samples[0].outcome);
+        };
+        // A write, 100 ms asleep, an fsync: at most ten rounds fit in a second.
+        assert!(
+            (1..=10).contains(&latencies_ns.len()),
+            "{} fsyncs in one second",
+            latencies_ns.len()
+        );
+        assert!(background_mib_per_s.is_some_and(|rate| rate > 0.0));
+    }
+
+    #[test]
     fn sqlite_alone_runs_the_papers_matrix_on_its_own_systems() {
         let dir = PathBuf::from("/tmp");
         let opts = BenchOptions::full(vec![Experiment::Sqlite], dir.clone());
@@ -929,7 +961,16 @@ mod tests {
             labels(Experiment::FsyncTail, &quick),
             ["alone", "100 MiB/s writer"]
         );
-        assert_eq!(labels(Experiment::FsyncTail, &full).len(), 4);
+        assert_eq!(
+            labels(Experiment::FsyncTail, &full),
+            [
+                "alone",
+                "50 MiB/s writer",
+                "100 MiB/s writer",
+                "200 MiB/s writer",
+                "unpaced writer"
+            ]
+        );
         assert_eq!(
             labels(Experiment::OrderedWrite, &full),
             [

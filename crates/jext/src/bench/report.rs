@@ -641,7 +641,7 @@ fn ops_grid(out: &mut String, title: &str, grid: &[(Variant, Vec<Aggregate>)]) {
 fn tail_table(out: &mut String, grid: &[(Variant, Vec<Aggregate>)]) {
     let _ = writeln!(
         out,
-        "### fsync-tail: 80 KiB append + fsync beside a paced buffered writer (fsync alone timed)\n"
+        "### fsync-tail: 80 KiB append, 100 ms pause, fsync, beside a buffered writer (fsync alone timed)\n"
     );
     // Device KiB per fsync includes whatever of the writer's data writeback sent meanwhile:
     // it shows whether the writer reached the device or stayed in a cache.
@@ -960,6 +960,7 @@ fn io_json(io: &Option<IoCounts>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::experiments::BackgroundWriter;
     use jext::DataMode;
 
     fn latency(system: System, ns: u64, writes: u64) -> Sample {
@@ -1180,7 +1181,9 @@ mod tests {
     fn fsync_tail_rows_compare_within_one_background_rate() {
         let tail = |system: System, background: Option<u64>, us: u64| Sample {
             experiment: Experiment::FsyncTail,
-            variant: Variant::Background(background),
+            variant: Variant::Background(
+                background.map_or(BackgroundWriter::None, BackgroundWriter::Paced),
+            ),
             system,
             repetition: 0,
             outcome: Ok(Measured::Latency {

@@ -132,7 +132,7 @@ fn header(opts: &BenchOptions, quick: bool) -> serde_json::Value {
         "seq_bytes": opts.seq_bytes,
         "fsync_count": opts.fsync_count,
         "dwsl_ops_per_thread": opts.dwsl_ops_per_thread,
-        "tail_count": opts.tail_count,
+        "tail_seconds": opts.tail_seconds,
         "memory_bytes": opts.memory_bytes,
         "sqlite_rows": opts.sqlite_rows,
         "sqlite_rows_per_transaction": opts.sqlite_rows_per_transaction,
@@ -144,7 +144,7 @@ fn header(opts: &BenchOptions, quick: bool) -> serde_json::Value {
 
 fn header_markdown(h: &serde_json::Value) -> String {
     format!(
-        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} fsyncs, memory {} GiB, sqlite {} rows per phase in transactions of {} rows, varmail {} cycles per thread, io-order {} writes per mode. \
+        "## jext bench, {}\n\nkernel {}, {} CPUs, scratch images in {} on {}; {} repetition(s), seq {} MiB, {} syncs per run, dwsl {} appends per thread, fsync-tail {} s (80 KiB write, 100 ms pause, fsync), memory {} GiB, sqlite {} rows per phase in transactions of {} rows, varmail {} cycles per thread, io-order {} writes per mode. \
          Loop devices use direct I/O; jext counts its own requests, the kernel's are read from /sys/block/loopN/stat.\n",
         h["date"].as_str().unwrap_or("?"),
         h["kernel"].as_str().unwrap_or("?"),
@@ -155,7 +155,7 @@ fn header_markdown(h: &serde_json::Value) -> String {
         h["seq_bytes"].as_u64().unwrap_or(0) >> 20,
         h["fsync_count"],
         h["dwsl_ops_per_thread"],
-        h["tail_count"],
+        h["tail_seconds"],
         h["memory_bytes"].as_u64().unwrap_or(0) >> 30,
         h["sqlite_rows"],
         h["sqlite_rows_per_transaction"],
