@@ -210,8 +210,9 @@ pub enum BackgroundWriter {
     None,
     /// Held to this many MiB/s.
     Paced(u64),
-    /// As fast as the system under test takes it (the paper's Fig. 7 up to the device's
-    /// maximum).
+    /// As fast as the system under test takes it (the paper's Fig. 7 runs up to the
+    /// device's maximum). Its window stays in the cache, so the writer runs at memory speed
+    /// and its writeback at the device's.
     Unpaced,
 }
 
@@ -254,9 +255,9 @@ impl Pacer {
 const TESTER_PAUSE: Duration = Duration::from_millis(100);
 
 /// `fsync-tail` (iJournaling Fig. 6/7), as the paper ran it: for `seconds`, append 80 KiB to a
-/// file, pause 100 ms, fsync it; each sample is the fsync alone. With `background_mib_per_s`,
-/// another thread meanwhile writes a large file through the cache at that rate, and stops
-/// when the tester is done. The run must outlast the kernel's dirty expiry (30 s by default):
+/// file, pause 100 ms, fsync it; each sample is the fsync alone. With a background `writer`,
+/// another thread meanwhile writes a large file through the cache, and stops when the tester
+/// is done. The run must outlast the kernel's dirty expiry (30 s by default):
 /// until then Linux keeps the writer's data in its page cache, so a compound transaction has
 /// none of it to wait for and ext4's tail does not show what the paper measured.
 pub fn fsync_tail(sys: &Running, seconds: u64, writer: BackgroundWriter) -> io::Result<Measured> {
